@@ -1,0 +1,29 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# The CPU build of torch 2.13.0 lies on this machine's disk; on a GPU machine the same pin takes
+# the CUDA build from PyPI. Override with `make setup TORCH_SPEC=...`.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev
+
+.PHONY: setup demo test clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/posttrain run smoke --profile tiny
+	$(VENV)/bin/posttrain show latest
+
+test: setup
+	$(PY) -m pytest -q -x --durations=15 tests
+
+clean:
+	rm -rf .posttrain
