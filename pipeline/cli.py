@@ -1,0 +1,126 @@
+"""`posttrain`: run, validate, list, show, serve and ui. Exit 2 on a bad recipe, before any compute."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+
+from pipeline.home import configure_environment
+
+
+def _load(args):
+    from pipeline.recipe import load_recipe
+    return load_recipe(args.recipe, args.profile, args.set)
+
+
+def cmd_validate(args) -> int:
+    resolved = _load(args)
+    stages = ", ".join(f"{s.name} ({s.kind})" for s in resolved.recipe.stages)
+    print(f"{resolved.source}: ok (profile {args.profile}): {stages}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    _load(args)  # refuse a bad recipe before Prefect or any model starts
+    # Prefect cancels a flow run with SIGTERM; turn it into an exception so stage workers get killed.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
+    from pipeline import runs
+    from pipeline.flow import run_recipe
+
+    run_id = runs.new_run_id(args.recipe.rsplit("/", 1)[-1].removesuffix(".yaml"))
+    try:
+        run_recipe(args.recipe, args.profile, args.set, run_id=run_id)
+        return 0
+    except Exception as e:  # the stage error (with its worker log tail) was logged by Prefect
+        print(f"\nrun {run_id} failed: {e}", file=sys.stderr)
+        return 1
+    finally:
+        try:
+            print("\n" + runs.format_table(runs.find(run_id)))
+        except LookupError:
+            pass
+
+
+def cmd_list(args) -> int:
+    from pipeline import runs
+    from pipeline.recipe import list_profiles, list_recipes, load_recipe
+
+    print("recipes:")
+    for name in list_recipes():
+        r = load_recipe(name).recipe
+        print(f"  {name:12s} {len(r.stages)} stages  {r.description}\n  {'':12s} launch: {r.launch or f'posttrain run {name}'}")
+    print("profiles: " + ", ".join(list_profiles()))
+    recent = runs.all_runs()[-args.limit:]
+    print("recent runs:" if recent else "recent runs: none")
+    for r in recent:
+        print(f"  {r['id']}  {r['status']:9s} " + " ".join(f"{s['name']}:{s['status']}{'*' if s.get('cached') else ''}" for s in r["stages"]))
+    return 0
+
+
+def cmd_show(args) -> int:
+    from pipeline import runs
+    record = runs.find(args.run)
+    print(json.dumps(record, indent=2, default=str) if args.json else runs.format_table(record))
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from prefect import serve
+    from pipeline.flow import run_recipe
+    from pipeline.recipe import list_recipes
+
+    deployments = [run_recipe.to_deployment(name=name, parameters={"recipe": name, "profile": args.profile},
+                                            description=f"posttrain recipe {name}") for name in list_recipes()]
+    print(f"serving {len(deployments)} deployments: {', '.join(list_recipes())}; launch them from the Prefect UI")
+    serve(*deployments)
+    return 0
+
+
+def cmd_ui(args) -> int:
+    from pipeline.ui import start_uis
+    return start_uis(args.host, args.prefect_port, args.mlflow_port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    configure_environment()
+    p = argparse.ArgumentParser(prog="posttrain", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, fn, helptext in [("run", cmd_run, "run a recipe as a Prefect flow"),
+                               ("validate", cmd_validate, "check a recipe without running it")]:
+        sp = sub.add_parser(name, help=helptext)
+        sp.add_argument("recipe", help="recipe name (recipes/NAME.yaml) or path to a YAML file")
+        sp.add_argument("--profile", default=None, help="profile in recipes/profiles/ (tiny, demo, gpu)")
+        sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a field, e.g. stages.cold_start.max_steps=10")
+        sp.set_defaults(fn=fn)
+    sp = sub.add_parser("list", help="recipes, profiles and recent runs")
+    sp.add_argument("--limit", type=int, default=10)
+    sp.set_defaults(fn=cmd_list)
+    sp = sub.add_parser("show", help="stages of a run: status, duration, metrics, MLflow ids")
+    sp.add_argument("run", nargs="?", default="latest")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_show)
+    sp = sub.add_parser("serve", help="serve one Prefect deployment per recipe")
+    sp.add_argument("--profile", default="tiny")
+    sp.set_defaults(fn=cmd_serve)
+    sp = sub.add_parser("ui", help="start the Prefect and MLflow UIs on localhost")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--prefect-port", type=int, default=4200)
+    sp.add_argument("--mlflow-port", type=int, default=5000)
+    sp.set_defaults(fn=cmd_ui)
+    args = p.parse_args(argv)
+    from pipeline.recipe import RecipeError
+    try:
+        return args.fn(args)
+    except RecipeError as e:
+        print("recipe refused:\n" + "\n".join(f"  {line}" for line in e.errors), file=sys.stderr)
+        return 2
+    except LookupError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

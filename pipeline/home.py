@@ -1,0 +1,78 @@
+"""Where posttrain keeps its state, and how it writes files so that a crash never leaves half of one.
+
+POSTTRAIN_HOME (default ./.posttrain) holds:
+    mlflow.db    MLflow tracking store (unless MLFLOW_TRACKING_URI says otherwise)
+    prefect/     PREFECT_HOME: Prefect's database and persisted task results (the stage cache)
+    models/      named models built or converted locally
+    stages/      stage outputs, one directory per (stage name, cache key)
+    runs/        one JSON record per pipeline run, for `posttrain show`
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def home() -> Path:
+    return Path(os.environ.get("POSTTRAIN_HOME", ".posttrain")).resolve()
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home() / 'mlflow.db'}"
+
+
+def configure_environment() -> None:
+    """Point Prefect and MLflow at POSTTRAIN_HOME unless the user has pointed them elsewhere."""
+    root = home()
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(root / "prefect"))
+    os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
+    # Stage results are what the cache stores; keep them with the rest of the state.
+    os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
+    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(root / "prefect" / "storage"))
+    # Never reach a model hub by surprise from a worker; a hub id must already be in the cache.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Telemetry writes race with the ephemeral server's own start-up on SQLite ("database is locked").
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+def write_json_atomic(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def publish_dir(partial: Path, final: Path) -> None:
+    """Move a finished directory into place. `final` either appears whole or not at all."""
+    if final.exists():  # an identical stage finished meanwhile (same cache key): keep the older one
+        shutil.rmtree(partial)
+        return
+    os.replace(partial, final)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def dir_fingerprint(path: Path, pattern: str = "*.safetensors") -> str:
+    """Content hash of the weight files of a model directory (names and bytes)."""
+    h = hashlib.sha256()
+    files = sorted(Path(path).glob(pattern)) or sorted(p for p in Path(path).rglob("*") if p.is_file())
+    for f in files:
+        h.update(f.name.encode())
+        h.update(sha256_file(f).encode())
+    return h.hexdigest()

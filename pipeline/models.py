@@ -1,0 +1,163 @@
+"""Named models that posttrain builds locally, and how any model reference becomes a directory.
+
+A model reference in a recipe is, in order of lookup: a profile alias (`base`), a name below
+(`tiny-qwen3`), a local directory, or a Hugging Face hub id (`Qwen/Qwen3-0.6B`) that must already be
+in the local HF cache when the machine is offline. Named models are built once, deterministically,
+into $POSTTRAIN_HOME/models/<name>/ with a `posttrain_model.json` holding their checksum.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.home import dir_fingerprint, home, write_json_atomic
+
+# A Qwen-style chat template that keeps <think> blocks as written. Prompts rendered with
+# add_generation_prompt are an exact prefix of the full conversation, which TRL relies on to mask
+# the prompt out of the SFT loss.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    name: str
+    description: str
+    build: Callable[[Path], None]
+
+
+def _tokenizer_corpus() -> list[str]:
+    from data_curation.sources import synthetic_math
+
+    texts = []
+    for split in ("train", "eval"):
+        for row in synthetic_math.rows(split=split, n=1500 if split == "train" else 150, seed=0):
+            texts.append(row["prompt"][-1]["content"])
+            texts.append(row["solution"])
+    # A little general English, so prompts outside arithmetic do not fall apart into bytes.
+    texts += ["Hello! How can I help you today?", "Thank you, that is a good question.",
+              "Please rewrite the sentence in plain words.", "The quick brown fox jumps over the lazy dog."]
+    return texts
+
+
+def build_tiny_tokenizer(vocab_size: int = 640):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_tokenizer_corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token=None, unk_token=None)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny_qwen3(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0) -> None:
+    """A random Qwen3-architecture model small enough to train in seconds on a CPU."""
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = build_tiny_tokenizer()
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 3,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=hidden // 4, max_position_embeddings=2048, tie_word_embeddings=True,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=None)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+NAMED_MODELS: dict[str, NamedModel] = {
+    m.name: m for m in [
+        NamedModel("tiny-qwen3", "random 2-layer Qwen3 (64 wide) with a BPE tokenizer trained on "
+                   "synthetic_math; for tests", build_tiny_qwen3),
+    ]
+}
+
+
+def models_dir() -> Path:
+    return home() / "models"
+
+
+def named_model_ready(name: str) -> bool:
+    return (models_dir() / name / "posttrain_model.json").exists()
+
+
+def ensure_named_model(name: str) -> Path:
+    """Build a named model once; later calls return the cached directory."""
+    final = models_dir() / name
+    if (final / "posttrain_model.json").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}."))
+    try:
+        NAMED_MODELS[name].build(tmp)
+        write_json_atomic(tmp / "posttrain_model.json",
+                          {"name": name, "sha256": dir_fingerprint(tmp)})
+        if final.exists():  # a half-built leftover from an older crash has no marker; replace it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if (final / "posttrain_model.json").exists():  # another process won the race
+            return final
+        raise
+    return final
+
+
+def looks_like_hub_id(ref: str) -> bool:
+    parts = ref.split("/")
+    return len(parts) == 2 and all(parts) and not ref.startswith((".", "~"))
+
+
+def check_model_ref(ref: str) -> str | None:
+    """Return an error message when `ref` cannot name a model, without loading anything."""
+    if ref in NAMED_MODELS:
+        return None
+    path = Path(ref).expanduser()
+    if path.exists():
+        return None if (path / "config.json").exists() else f"model path {ref} has no config.json"
+    if looks_like_hub_id(ref):
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            from huggingface_hub import try_to_load_from_cache
+            if not isinstance(try_to_load_from_cache(ref, "config.json"), str):
+                return f"model {ref!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1"
+        return None
+    return (f"model {ref!r} is neither a named model ({', '.join(sorted(NAMED_MODELS))}), "
+            f"an existing path, nor a hub id like org/name")
+
+
+def resolve_model(ref: str) -> str:
+    """Directory (or hub id) to hand to from_pretrained."""
+    if ref in NAMED_MODELS:
+        return str(ensure_named_model(ref))
+    path = Path(ref).expanduser()
+    return str(path.resolve()) if path.exists() else ref
+
+
+def model_fingerprint(ref: str) -> str:
+    if ref in NAMED_MODELS:
+        import json
+        return json.loads((ensure_named_model(ref) / "posttrain_model.json").read_text())["sha256"]
+    path = Path(ref).expanduser()
+    if path.exists():
+        return dir_fingerprint(path)
+    return f"hub:{ref}"  # a hub id pins nothing; say so in the key rather than pretend

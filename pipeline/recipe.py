@@ -1,0 +1,314 @@
+"""Recipes: YAML files validated by pydantic before any model or dataset is touched.
+
+A recipe is resolved in layers, each later one winning:
+    the stage kind's defaults  <  recipes/<name>.yaml  <  recipes/profiles/<profile>.yaml  <  --set
+A profile scales a recipe to hardware: it maps model aliases (`base`, `student`) to real models
+and overrides fields per stage kind (`sft: {max_steps: 4}`) or per stage name. Every value
+remembers where it came from, so an error names the file and line (or the --set) and the YAML path
+such as `stages[1].data.n`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Union
+
+import yaml
+from pydantic import Field, ValidationError
+
+from pipeline.models import check_model_ref
+from data_curation.sources import check_data_spec
+from stages.common import Strict
+from stages.evaluate import EvalSpec
+from stages.registry import STAGE_CONFIGS
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RECIPES_DIR = REPO_ROOT / "recipes"
+PROFILES_DIR = RECIPES_DIR / "profiles"
+DEEPSPEED_DIR = REPO_ROOT / "infra" / "deepspeed"
+
+StageConfig = Annotated[Union[tuple(STAGE_CONFIGS.values())], Field(discriminator="kind")]  # noqa: UP007
+
+
+class Recipe(Strict):
+    name: str
+    description: str = ""
+    launch: str = Field("", description="how to launch it, shown by `posttrain list`")
+    eval: EvalSpec | None = Field(default_factory=EvalSpec)
+    stages: list[StageConfig] = Field(min_length=1)
+
+
+class Profile(Strict):
+    description: str = ""
+    models: dict[str, str] = Field(default_factory=dict, description="model alias -> model reference")
+    stages: dict[str, dict] = Field(default_factory=dict, description="stage kind or name -> field overrides")
+    eval: dict = Field(default_factory=dict)
+
+
+class RecipeError(Exception):
+    """Every problem found in a recipe, each as 'where: what'. The CLI exits 2 on it."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        super().__init__("\n".join(errors))
+
+
+@dataclass
+class ResolvedRecipe:
+    recipe: Recipe
+    profile: str | None
+    source: Path
+    overrides: list[str] = field(default_factory=list)
+
+    def stage(self, name: str):
+        return next(s for s in self.recipe.stages if s.name == name)
+
+
+def list_recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def list_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def _display(path: Path) -> Path:
+    """A path as short as it can be said: relative to the working directory when inside it."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd())
+    except ValueError:
+        return Path(path)
+
+
+def recipe_path(ref: str) -> Path:
+    p = Path(ref)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise RecipeError([f"{ref}: no such recipe file"])
+        return p
+    p = RECIPES_DIR / f"{ref}.yaml"
+    if not p.exists():
+        raise RecipeError([f"recipe {ref!r} not found; known recipes: {', '.join(list_recipes())}"])
+    return p
+
+
+# ---------------------------------------------------------------- YAML with line numbers
+
+def _read_yaml(path: Path) -> tuple[dict, dict[tuple, str]]:
+    """(data, {path tuple: "file:line"}) for a YAML mapping, loaded with safe_load."""
+    text = path.read_text()
+    path = _display(path)
+    try:
+        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise RecipeError([f"{path}{line}: invalid YAML: {getattr(e, 'problem', e)}"]) from None
+    if not isinstance(data, dict):
+        raise RecipeError([f"{path}: top level must be a mapping"])
+    where: dict[tuple, str] = {}
+
+    def walk(n, loc):
+        where[loc] = f"{path}:{n.start_mark.line + 1}"
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                walk(v, loc + (k.value,))
+                where[loc + (k.value,)] = f"{path}:{k.start_mark.line + 1}"
+        elif isinstance(n, yaml.SequenceNode):
+            for i, v in enumerate(n.value):
+                walk(v, loc + (i,))
+    walk(node, ())
+    return data, where
+
+
+def _set_path(d: dict, keys: list, value) -> None:
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+        if not isinstance(d, dict):
+            raise KeyError(k)
+    d[keys[-1]] = value
+
+
+def _apply_profile(data: dict, where: dict, profile: Profile, profile_where: dict, pfile: Path) -> list[str]:
+    errors = []
+    stages = data.get("stages") or []
+    names = {s.get("name"): i for i, s in enumerate(stages) if isinstance(s, dict)}
+    for key, fields in profile.stages.items():
+        targets = [names[key]] if key in names else [i for i, s in enumerate(stages) if isinstance(s, dict) and s.get("kind") == key]
+        if key not in names and key not in STAGE_CONFIGS:
+            errors.append(f"{profile_where.get(('stages', key), pfile)}: profile stages.{key}: not a stage name or kind")
+        for i in targets:
+            for fname, value in fields.items():
+                stages[i][fname] = copy.deepcopy(value)
+                where[("stages", i, fname)] = profile_where.get(("stages", key, fname), str(pfile))
+    for fname, value in profile.eval.items():
+        if "eval" in data and not isinstance(data["eval"], dict):
+            break  # the recipe switched evaluation off (`eval: null`)
+        data.setdefault("eval", {})[fname] = copy.deepcopy(value)
+        where[("eval", fname)] = profile_where.get(("eval", fname), str(pfile))
+    # Model aliases: any model field whose value is an alias takes the profile's model.
+    for i, s in enumerate(stages):
+        kind = STAGE_CONFIGS.get(s.get("kind")) if isinstance(s, dict) else None
+        for fname in getattr(kind, "MODEL_FIELDS", ()):
+            if s.get(fname) in profile.models:
+                s[fname] = profile.models[s[fname]]
+    return errors
+
+
+def _apply_overrides(data: dict, where: dict, overrides: list[str]) -> list[str]:
+    errors = []
+    stages = data.get("stages") or []
+    names = {s.get("name"): i for i, s in enumerate(stages) if isinstance(s, dict)}
+    for item in overrides:
+        if "=" not in item:
+            errors.append(f"--set {item}: expected key=value")
+            continue
+        key, raw = item.split("=", 1)
+        keys: list = key.strip().split(".")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        if keys[0] == "stages":
+            if len(keys) < 3 or keys[1] not in names:
+                errors.append(f"--set {key}: use stages.<name>.<field>; stages are {', '.join(map(str, names))}")
+                continue
+            keys = ["stages", names[keys[1]]] + keys[2:]
+        try:
+            target = data
+            for k in keys[:-1]:
+                target = target[k] if isinstance(k, int) else target.setdefault(k, {})
+            target[keys[-1]] = value
+        except (KeyError, TypeError, IndexError):
+            errors.append(f"--set {key}: no such field path")
+            continue
+        where[tuple(keys)] = f"--set {item}"
+    return errors
+
+
+# ---------------------------------------------------------------- errors with YAML paths
+
+def _loc_path(loc: tuple, data: dict) -> tuple:
+    """Drop pydantic's discriminator tag from a location: ('stages', 0, 'sft', 'x') -> ('stages', 0, 'x')."""
+    out = list(loc)
+    if len(out) >= 3 and out[0] == "stages" and isinstance(out[1], int) and out[2] in STAGE_CONFIGS:
+        del out[2]
+    return tuple(out)
+
+
+def format_path(loc: tuple) -> str:
+    s = ""
+    for part in loc:
+        s += f"[{part}]" if isinstance(part, int) else (f".{part}" if s else str(part))
+    return s or "(top level)"
+
+
+def _where(loc: tuple, where: dict, default: str) -> str:
+    for n in range(len(loc), -1, -1):
+        if loc[:n] in where:
+            return where[loc[:n]]
+    return default
+
+
+def _pydantic_errors(e: ValidationError, data: dict, where: dict, default: str) -> list[str]:
+    out = []
+    for err in e.errors():
+        loc = _loc_path(err["loc"], data)
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field {loc[-1]!r}"
+        elif err["type"] == "union_tag_invalid":
+            kind = err["input"].get("kind") if isinstance(err.get("input"), dict) else None
+            msg = f"unknown stage kind {kind!r}; known kinds: {', '.join(STAGE_CONFIGS)}"
+        out.append(f"{_where(loc, where, default)}: {format_path(loc)}: {msg}")
+    return out
+
+
+# ---------------------------------------------------------------- checks beyond the schema
+
+def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
+    errors = []
+
+    def add(loc: tuple, msg: str):
+        errors.append(f"{_where(loc, where, default)}: {format_path(loc)}: {msg}")
+
+    produced: dict[str, tuple[str, ...]] = {}
+    order = [s.name for s in recipe.stages]
+    for i, stage in enumerate(recipe.stages):
+        loc = ("stages", i)
+        if stage.name in produced:
+            add(loc + ("name",), f"duplicate stage name {stage.name!r}")
+        for fpath, ref, wanted in stage.refs():
+            upstream, output = ref.split(".", 1)
+            floc = loc + tuple(fpath.split("."))
+            if upstream not in order:
+                add(floc, f"{ref!r} names no stage; stages are {', '.join(order)}")
+            elif upstream not in produced:
+                add(floc, f"{ref!r} refers to stage {upstream!r}, which runs later (stage {order.index(upstream)}); "
+                          "inputs must come from earlier stages")
+            elif output != wanted or output not in produced[upstream]:
+                add(floc, f"stage {upstream!r} ({recipe.stages[order.index(upstream)].kind}) produces "
+                          f"{list(produced[upstream])}, not {output!r}")
+        ref_fields = {f.split(".")[0] for f, _, _ in stage.refs()}
+        for fname in stage.MODEL_FIELDS:
+            value = getattr(stage, fname)
+            if value and fname not in ref_fields and (msg := check_model_ref(value)):
+                add(loc + (fname,), msg)
+        for fname in stage.DATA_FIELDS:
+            spec = getattr(stage, fname)
+            if spec is not None and not spec.stage_ref:
+                for rel, msg in check_data_spec(spec.source, spec.params):
+                    add(loc + (fname,) + rel, msg)
+        launcher = stage.launcher
+        if launcher.mode == "deepspeed" and not deepspeed_config_path(launcher.deepspeed_config).exists():
+            add(loc + ("launcher", "deepspeed_config"),
+                f"no DeepSpeed config {launcher.deepspeed_config!r} (looked for {deepspeed_config_path(launcher.deepspeed_config)})")
+        produced[stage.name] = stage.OUTPUTS
+    if recipe.eval is not None:
+        spec = recipe.eval.data
+        if spec.stage_ref:
+            add(("eval", "data", "source"), "evaluation data must be a named source, not a stage output")
+        for rel, msg in check_data_spec(spec.source, spec.params):
+            add(("eval", "data") + rel, msg)
+    return errors
+
+
+def deepspeed_config_path(name: str) -> Path:
+    p = Path(name)
+    return p if p.suffix == ".json" else DEEPSPEED_DIR / f"{name}.json"
+
+
+def load_profile(name: str) -> tuple[Profile, dict, Path]:
+    path = PROFILES_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise RecipeError([f"profile {name!r} not found; profiles: {', '.join(list_profiles())}"])
+    data, where = _read_yaml(path)
+    try:
+        return Profile.model_validate(data), where, path
+    except ValidationError as e:
+        raise RecipeError(_pydantic_errors(e, data, where, str(path))) from None
+
+
+def load_recipe(ref: str, profile: str | None = None, overrides: list[str] | None = None) -> ResolvedRecipe:
+    """Read, layer and validate a recipe. Raises RecipeError listing every problem found."""
+    overrides = list(overrides or [])
+    path = recipe_path(ref)
+    data, where = _read_yaml(path)
+    errors: list[str] = []
+    if profile:
+        prof, pwhere, ppath = load_profile(profile)
+        errors += _apply_profile(data, where, prof, pwhere, ppath)
+    errors += _apply_overrides(data, where, overrides)
+    if errors:
+        raise RecipeError(errors)
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as e:
+        raise RecipeError(_pydantic_errors(e, data, where, str(path))) from None
+    errors = _semantic_errors(recipe, where, str(path))
+    if errors:
+        raise RecipeError(errors)
+    return ResolvedRecipe(recipe=recipe, profile=profile, source=path, overrides=overrides)

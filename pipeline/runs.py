@@ -1,0 +1,63 @@
+"""Run records: one JSON file per pipeline run in $POSTTRAIN_HOME/runs/, the source of `posttrain
+show` and `posttrain list`. Written atomically after every stage, so a crashed run still shows how
+far it got."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from pipeline.home import home, write_json_atomic
+
+KEY_METRICS = ("train/final_loss", "eval/accuracy", "eval/format_rate", "eval/thinking_tokens_mean")
+
+
+def runs_dir() -> Path:
+    return home() / "runs"
+
+
+def new_run_id(recipe: str) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{recipe}-{int(time.time() * 1000) % 1000:03d}"
+
+
+def save(record: dict) -> None:
+    write_json_atomic(runs_dir() / f"{record['id']}.json", record)
+
+
+def all_runs() -> list[dict]:
+    records = []
+    for p in sorted(runs_dir().glob("*.json")):
+        try:
+            records.append(json.loads(p.read_text()))
+        except ValueError:
+            continue
+    return sorted(records, key=lambda r: r.get("started", 0))
+
+
+def find(ref: str) -> dict:
+    runs = all_runs()
+    if not runs:
+        raise LookupError(f"no runs yet in {runs_dir()}")
+    if ref == "latest":
+        return runs[-1]
+    hits = [r for r in runs if r["id"] == ref or r["id"].startswith(ref) or r.get("mlflow_run_id") == ref
+            or r.get("prefect_flow_run_id") == ref]
+    if len(hits) != 1:
+        raise LookupError(f"{len(hits)} runs match {ref!r}; use `posttrain list` to see run ids")
+    return hits[0]
+
+
+def format_table(record: dict) -> str:
+    head = (f"run {record['id']}  recipe={record['recipe']} profile={record.get('profile')}  "
+            f"status={record['status']}  mlflow={record.get('mlflow_run_id')}")
+    cols = ["stage", "kind", "status", "seconds", *[k.split("/")[-1] for k in KEY_METRICS], "mlflow run"]
+    rows = [cols]
+    for s in record["stages"]:
+        m = s.get("metrics", {})
+        rows.append([s["name"], s["kind"], s["status"] + (" (cached)" if s.get("cached") else ""),
+                     f"{s.get('duration_s', 0):.1f}", *[f"{m[k]:.4g}" if k in m else "-" for k in KEY_METRICS],
+                     s.get("mlflow_run_id") or "-"])
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join([head, *lines])

@@ -1,0 +1,102 @@
+"""Config pieces shared by every stage kind."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+STAGE_NAME = r"^[a-z][a-z0-9_]*$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LaunchSpec(Strict):
+    """How a stage's worker runs.
+
+    `subprocess` runs one worker process; `deepspeed` runs `ranks` workers under the DeepSpeed
+    launcher with the ZeRO config named by `deepspeed_config` (a file in infra/deepspeed/ without
+    `.json`, or a path); `inprocess` runs inside the flow's process (quick, but cannot be killed
+    separately and gives no crash isolation).
+    """
+    mode: Literal["subprocess", "deepspeed", "inprocess"] = "subprocess"
+    ranks: int = Field(1, ge=1, le=64)
+    deepspeed_config: str = "zero2"
+    timeout_s: int | None = Field(None, ge=1, description="kill the stage after this many seconds")
+
+    @model_validator(mode="after")
+    def _ranks_need_deepspeed(self):
+        if self.ranks > 1 and self.mode != "deepspeed":
+            raise ValueError(f"ranks={self.ranks} needs mode: deepspeed")
+        return self
+
+
+class DataSpec(Strict):
+    """A dataset input: a named source (`synthetic_math`) or an earlier stage's output
+    (`filter_stage.dataset`)."""
+    source: str
+    split: Literal["train", "eval"] = "train"
+    n: int | None = Field(None, ge=1, description="number of rows; None = the source's default")
+    seed: int = 0
+    params: dict = Field(default_factory=dict, description="source-specific options")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value):
+        return {"source": value} if isinstance(value, str) else value
+
+    @property
+    def stage_ref(self) -> str | None:
+        return self.source if "." in self.source and "/" not in self.source else None
+
+
+class LoraSpec(Strict):
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+
+
+class StageBase(Strict):
+    name: str = Field(pattern=STAGE_NAME)
+    launcher: LaunchSpec = Field(default_factory=LaunchSpec)
+    evaluate: bool = Field(True, description="run the recipe's evaluation on this stage's model")
+
+    # Which outputs the stage produces ("model", "dataset") and which fields name models.
+    OUTPUTS: ClassVar[tuple[str, ...]] = ()
+    MODEL_FIELDS: ClassVar[tuple[str, ...]] = ()
+    DATA_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def refs(self) -> list[tuple[str, str, str]]:
+        """(field, reference, wanted output) for every input that names an earlier stage."""
+        out = []
+        for f in self.MODEL_FIELDS:
+            ref = getattr(self, f)
+            if ref and "." in ref and "/" not in ref and ref.split(".", 1)[1] in ("model", "dataset"):
+                out.append((f, ref, "model"))
+        for f in self.DATA_FIELDS:
+            spec = getattr(self, f)
+            if spec is not None and spec.stage_ref:
+                out.append((f"{f}.source", spec.stage_ref, "dataset"))
+        return out
+
+
+class TrainingKnobs(Strict):
+    """The optimisation fields every trainer-backed stage shares."""
+    max_steps: int = Field(100, ge=1)
+    learning_rate: float = Field(1e-5, gt=0)
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    per_device_batch_size: int = Field(4, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    max_length: int = Field(1024, ge=16)
+    save_steps: int = Field(50, ge=1, description="checkpoint interval; a killed stage resumes here")
+    logging_steps: int = Field(1, ge=1)
+    seed: int = 42
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    trust_remote_code: bool = False
+    lora: LoraSpec | None = None

@@ -1,0 +1,34 @@
+"""Stage kinds by name: each maps to its config model and its module (whose `run` trains)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+from pathlib import Path
+
+from stages.sft import SFTConfig
+
+STAGE_CONFIGS = {"sft": SFTConfig}
+STAGE_MODULES = {"sft": "stages.sft"}
+
+# Code every kind's output depends on besides its own module: the worker runtime, generation,
+# evaluation and rewards (eval metrics are part of a stage's result).
+SHARED_CODE = ["stages/runtime.py", "stages/generation.py", "stages/evaluate.py", "stages/rewards"]
+
+
+def run_function(kind: str):
+    return importlib.import_module(STAGE_MODULES[kind]).run
+
+
+def code_version(kind: str) -> str:
+    """Hash of the source a stage's output depends on; part of the cache key."""
+    root = Path(__file__).resolve().parent.parent
+    files = [Path(inspect.getfile(STAGE_CONFIGS[kind]))]
+    for rel in SHARED_CODE:
+        p = root / rel
+        files += sorted(p.rglob("*.py")) if p.is_dir() else [p]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,135 @@
+"""What every trainer-backed stage needs inside its worker: where to write, which rank it is, how
+to resume, how to report progress, and how to save a model the next stage can load."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_curation.schema import check_row
+from data_curation.sources import load_rows
+from pipeline.home import write_json_atomic
+
+
+@dataclass
+class StageContext:
+    spec: dict
+    output_dir: Path
+
+    @property
+    def rank(self) -> int:
+        return int(os.environ.get("RANK", "0"))
+
+    @property
+    def world_size(self) -> int:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+    @property
+    def deepspeed_config(self) -> str | None:
+        return self.spec.get("deepspeed_config")
+
+    @property
+    def reports_to_mlflow(self) -> bool:
+        return bool(os.environ.get("MLFLOW_RUN_ID"))
+
+    def input(self, name: str):
+        return self.spec["inputs"][name]
+
+
+def load_stage_rows(data: dict) -> list[dict]:
+    """Rows for a DataSpec as the flow resolved it: either {"path": jsonl} or a source spec."""
+    if "path" in data:
+        rows = []
+        with open(data["path"]) as f:
+            for i, line in enumerate(f, 1):
+                if line.strip():
+                    row = json.loads(line)
+                    check_row(row, f"{data['path']}:{i}")
+                    rows.append(row)
+        return rows[: data["n"]] if data.get("n") else rows
+    return load_rows(data["source"], data.get("split", "train"), data.get("n"), data.get("seed", 0),
+                     data.get("params"))
+
+
+def last_checkpoint(ctx: StageContext) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not ctx.checkpoint_dir.is_dir():
+        return None
+    return get_last_checkpoint(str(ctx.checkpoint_dir))
+
+
+def checkpoint_step(path: str | None) -> int:
+    return int(Path(path).name.split("-")[-1]) if path else 0
+
+
+def trainer_args(cfg, ctx: StageContext) -> dict:
+    """TrainingArguments fields that come straight from the shared knobs and the context."""
+    import torch
+
+    return dict(
+        output_dir=str(ctx.checkpoint_dir), max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler, warmup_steps=cfg.warmup_ratio,  # <1 = share of steps weight_decay=cfg.weight_decay,
+        per_device_train_batch_size=cfg.per_device_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, save_steps=cfg.save_steps,
+        save_total_limit=2, logging_steps=cfg.logging_steps, seed=cfg.seed, bf16=cfg.bf16,
+        gradient_checkpointing=cfg.gradient_checkpointing, use_cpu=not torch.cuda.is_available(),
+        report_to=["mlflow"] if ctx.reports_to_mlflow else [], deepspeed=ctx.deepspeed_config,
+        disable_tqdm=False, dataloader_num_workers=0, save_only_model=False,
+    )
+
+
+def progress_callback(ctx: StageContext):
+    """A TrainerCallback that writes progress.json; the launcher turns it into a Prefect artifact."""
+    from transformers import TrainerCallback
+
+    class WriteProgress(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero:
+                write_json_atomic(ctx.output_dir / "progress.json",
+                                  {"step": state.global_step, "max_steps": state.max_steps, "logs": logs or {}})
+
+    return WriteProgress()
+
+
+def lora_config(cfg):
+    if cfg.lora is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                      target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
+
+
+def save_model(trainer, tokenizer, ctx: StageContext) -> Path:
+    """Save full weights (LoRA adapters merged) and the tokenizer to <output>/model."""
+    out = ctx.output_dir / "model"
+    model = trainer.model
+    if hasattr(model, "merge_and_unload"):  # downstream stages want a plain model, not adapters
+        trainer.accelerator.wait_for_everyone()
+        if ctx.is_main:
+            model = trainer.accelerator.unwrap_model(model).merge_and_unload()
+            model.save_pretrained(out)
+    else:
+        trainer.save_model(str(out))
+    if ctx.is_main:
+        tokenizer.save_pretrained(out)
+    return out
+
+
+def train_metrics(trainer, resumed_from: str | None) -> dict:
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    return {"train/final_loss": history[-1]["loss"] if history else float("nan"),
+            "train/first_loss": history[0]["loss"] if history else float("nan"),
+            "train/global_step": float(trainer.state.global_step),
+            "train/resumed_from_step": float(checkpoint_step(resumed_from))}
