@@ -298,16 +298,22 @@ def load_recipe(ref: str, profile: str | None = None, overrides: list[str] | Non
     path = recipe_path(ref)
     data, where = _read_yaml(path)
     errors: list[str] = []
+    # The recipe must be valid on its own: a bad value that a profile happens to override is still
+    # a bug in the file, and would surface with the next profile.
+    try:
+        Recipe.model_validate(copy.deepcopy(data))
+    except ValidationError as e:
+        errors += _pydantic_errors(e, data, where, str(path))
     if profile:
         prof, pwhere, ppath = load_profile(profile)
         errors += _apply_profile(data, where, prof, pwhere, ppath)
     errors += _apply_overrides(data, where, overrides)
-    if errors:
-        raise RecipeError(errors)
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
-        raise RecipeError(_pydantic_errors(e, data, where, str(path))) from None
+        errors += [m for m in _pydantic_errors(e, data, where, str(path)) if m not in errors]
+    if errors:
+        raise RecipeError(errors)
     errors = _semantic_errors(recipe, where, str(path))
     if errors:
         raise RecipeError(errors)

@@ -1,0 +1,34 @@
+"""`posttrain ui`: the Prefect server and the MLflow UI on localhost, both reading POSTTRAIN_HOME."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pipeline.home import tracking_uri
+
+
+def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: int = 5000) -> int:
+    bindir = Path(sys.executable).parent
+    procs = [
+        subprocess.Popen([str(bindir / "prefect"), "server", "start", "--host", host, "--port", str(prefect_port)]),
+        subprocess.Popen([str(bindir / "mlflow"), "ui", "--backend-store-uri", tracking_uri(),
+                          "--host", host, "--port", str(mlflow_port)]),
+    ]
+    print(f"Prefect UI: http://{host}:{prefect_port}   (runs from `posttrain serve` appear here)\n"
+          f"MLflow UI:  http://{host}:{mlflow_port}   (experiments posttrain/<recipe>; parent run = pipeline)\n"
+          f"state in {os.environ.get('POSTTRAIN_HOME', '.posttrain')}; Ctrl-C stops both")
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+    return 0

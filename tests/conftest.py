@@ -1,0 +1,52 @@
+"""Test set-up: every test session gets its own POSTTRAIN_HOME (and so its own Prefect home, MLflow
+store and model cache) before Prefect or MLflow is imported."""
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_HOME = Path(tempfile.mkdtemp(prefix="posttrain-tests-"))
+os.environ["POSTTRAIN_HOME"] = str(_HOME)
+os.environ["PREFECT_HOME"] = str(_HOME / "prefect")
+os.environ.pop("MLFLOW_TRACKING_URI", None)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from pipeline.home import configure_environment  # noqa: E402
+
+configure_environment()
+REPO = Path(__file__).resolve().parent.parent
+POSTTRAIN = str(Path(sys.executable).parent / "posttrain")
+
+
+@pytest.fixture(scope="session")
+def home() -> Path:
+    return _HOME
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="session")
+def tiny_model(home) -> Path:
+    from pipeline.models import ensure_named_model
+    return ensure_named_model("tiny-qwen3")
+
+
+def run_cli(*args: str, env_home: Path | None = None, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ}
+    if env_home is not None:
+        env["POSTTRAIN_HOME"] = str(env_home)
+        env["PREFECT_HOME"] = str(env_home / "prefect")
+        env["PREFECT_LOCAL_STORAGE_PATH"] = str(env_home / "prefect" / "storage")
+        env["MLFLOW_TRACKING_URI"] = f"sqlite:///{env_home / 'mlflow.db'}"
+    return subprocess.run([POSTTRAIN, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout, **kw)

@@ -1,0 +1,122 @@
+"""The real launch paths: DeepSpeed with 2 ranks on CPU, failure reporting, kill on cancel, resume."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.launcher import StageFailed, run_worker
+from stages.common import LaunchSpec
+from tests.conftest import POSTTRAIN, REPO, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def sft_spec(out: Path, model: str, ds_config: str | None = None, max_steps: int = 4) -> Path:
+    from stages.sft import SFTConfig
+
+    cfg = SFTConfig(name="ds_check", model=model, data={"source": "synthetic_math", "n": 64},
+                    max_steps=max_steps, save_steps=2, per_device_batch_size=4, max_length=128, learning_rate=1e-3)
+    out.mkdir(parents=True)
+    spec = {"kind": "sft", "stage": cfg.model_dump(mode="json"), "eval": None, "output_dir": str(out),
+            "inputs": {"model": model, "data": cfg.data.model_dump()}, "deepspeed_config": ds_config}
+    (out / "stage_config.json").write_text("{}")
+    path = out / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_sft_under_deepspeed_launcher_with_two_ranks(tmp_path, tiny_model):
+    spec = sft_spec(tmp_path / "out", str(tiny_model), str(REPO / "infra/deepspeed/zero2.json"))
+    log = tmp_path / "worker.log"
+    run_worker(spec, LaunchSpec(mode="deepspeed", ranks=2), log, env={})
+    text = log.read_text()
+    assert "--num_gpus 2" in text and "dist_world_size=2" in text
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["metrics"]["train/global_step"] == 4
+    assert (tmp_path / "out" / "model" / "model.safetensors").exists()
+
+
+def test_failed_worker_reports_its_log_tail(tmp_path):
+    broken = tmp_path / "broken_model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    spec = sft_spec(tmp_path / "out", str(broken))
+    with pytest.raises(StageFailed) as e:
+        run_worker(spec, LaunchSpec(), tmp_path / "worker.log", env={})
+    assert "exited with code 1" in str(e.value) and "last lines" in str(e.value)
+    assert "Error" in str(e.value)  # the worker's own exception text reaches the user
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def _cli_env(home: Path) -> dict:
+    return {**os.environ, "POSTTRAIN_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
+            "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
+
+
+def _stage_dir(home: Path, stage: str, suffix: str = ".partial") -> Path | None:
+    hits = list((home / "stages" / "smoke").glob(f"{stage}-*{suffix}"))
+    return hits[0] if hits else None
+
+
+def test_sigterm_to_the_flow_kills_the_stage_worker(tmp_path, tiny_model):
+    home = tmp_path / "home"
+    proc = subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=5000"],
+                            cwd=REPO, env=_cli_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid_file = _wait_for(lambda: (d := _stage_dir(home, "cold_start")) and (d / "worker.pid").exists() and d / "worker.pid",
+                         240, "the worker to start")
+    worker = int(pid_file.read_text())
+    assert _alive(worker)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    _wait_for(lambda: not _alive(worker), 20, "the worker to die")
+
+
+def test_killed_stage_resumes_from_its_checkpoint_and_earlier_stages_are_cached(tmp_path, tiny_model):
+    home = tmp_path / "home"
+    args = ["run", "smoke", "--profile", "tiny", "--set", "stages.polish.max_steps=200", "--set", "stages.polish.save_steps=5"]
+    proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=_cli_env(home),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = _wait_for(lambda: (d := _stage_dir(home, "polish")) and sorted((d / "checkpoints").glob("checkpoint-*")),
+                     300, "polish's first checkpoint")
+    partial = _stage_dir(home, "polish")
+    worker = int((partial / "worker.pid").read_text())
+    os.killpg(worker, signal.SIGKILL)  # the stage's whole process group, as a crash or OOM kill would
+    proc.wait(timeout=120)
+    assert proc.returncode == 1
+    assert not _alive(worker)
+    saved = max(int(p.name.split("-")[1]) for p in (partial / "checkpoints").glob("checkpoint-*"))
+    assert saved >= 5 and ckpt
+
+    rerun = run_cli(*args, env_home=home, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    show = run_cli("show", "latest", "--json", env_home=home)
+    record = json.loads(show.stdout)
+    cold, polish = record["stages"]
+    assert cold["cached"] is True and polish["cached"] is False
+    assert polish["metrics"]["train/resumed_from_step"] == saved
+    assert polish["metrics"]["train/global_step"] == 200
+    assert _stage_dir(home, "polish") is None  # the partial dir was published

@@ -1,0 +1,81 @@
+"""`smoke` on `tiny` through the real Prefect flow and MLflow store, then a fully cached rerun."""
+
+from pathlib import Path
+
+import mlflow
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(prefect_harness, tiny_model):
+    from pipeline.flow import run_recipe
+
+    first = run_recipe("smoke", "tiny", [])
+    second = run_recipe("smoke", "tiny", [])
+    return first, second
+
+
+def test_both_stages_complete_and_publish_whole_directories(smoke_runs):
+    first, _ = smoke_runs
+    assert first["status"] == "completed"
+    assert [s["status"] for s in first["stages"]] == ["completed", "completed"]
+    assert not any(s["cached"] for s in first["stages"])
+    for s in first["stages"]:
+        out = Path(s["output_dir"])
+        assert (out / "model" / "model.safetensors").exists() and (out / "result.json").exists()
+        assert (out / "stage_config.json").exists() and not (out / "checkpoints").exists()
+        assert not out.with_name(out.name + ".partial").exists()
+    # the second stage trained on the first stage's model
+    polish_cfg = (Path(first["stages"][1]["output_dir"]) / "stage_config.json").read_text()
+    assert first["stages"][0]["output_dir"] in polish_cfg
+
+
+def test_rerun_serves_every_stage_from_cache(smoke_runs):
+    first, second = smoke_runs
+    assert second["status"] == "completed"
+    assert [s["cached"] for s in second["stages"]] == [True, True]
+    assert [s["output_dir"] for s in second["stages"]] == [s["output_dir"] for s in first["stages"]]
+    assert second["stages"][1]["metrics"] == first["stages"][1]["metrics"]
+
+
+def test_mlflow_parent_and_nested_stage_runs(smoke_runs):
+    first, second = smoke_runs
+    client = mlflow.MlflowClient()
+    parent = client.get_run(first["mlflow_run_id"])
+    assert parent.data.params["recipe"] == "smoke" and parent.data.params["profile"] == "tiny"
+    assert "git_commit" in parent.data.params
+    assert parent.info.status == "FINISHED"
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"stage_comparison.png", "stage_metrics.json"} <= artifacts
+    for stage in first["stages"]:
+        run = client.get_run(stage["mlflow_run_id"])
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.data.params["stage.name"] == stage["name"] and run.data.params["stage.max_steps"] == "24"
+        loss = client.get_metric_history(run.info.run_id, "loss")
+        assert len(loss) >= 3 and len({m.step for m in loss}) == len(loss)  # per-step training curve
+        for key in ("eval/accuracy", "eval/format_rate", "eval/thinking_tokens_mean"):
+            assert key in run.data.metrics
+        names = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"eval_samples.json", "stage_config.json", "tokenizer"} <= names
+        assert run.info.status == "FINISHED"
+    # cached stages still appear under the rerun's parent, pointing at the run that did the work
+    for stage, original in zip(second["stages"], first["stages"]):
+        run = client.get_run(stage["mlflow_run_id"])
+        assert run.data.tags["mlflow.parentRunId"] == second["mlflow_run_id"]
+        assert run.data.tags["posttrain.cached_from"] == original["mlflow_run_id"]
+
+
+def test_training_moved_the_model(smoke_runs):
+    first, _ = smoke_runs
+    for s in first["stages"]:
+        assert s["metrics"]["train/final_loss"] < s["metrics"]["train/first_loss"]
+
+
+def test_changed_stage_reruns_alone(smoke_runs, prefect_harness):
+    from pipeline.flow import run_recipe
+
+    third = run_recipe("smoke", "tiny", ["stages.polish.max_steps=6"])
+    assert [s["cached"] for s in third["stages"]] == [True, False]
+    assert third["stages"][1]["metrics"]["train/global_step"] == 6

@@ -1,0 +1,136 @@
+"""Bad recipes are refused with their YAML path (and file:line where there is one), before any compute."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.recipe import RecipeError, list_recipes, load_recipe
+from tests.conftest import REPO, run_cli
+
+SMOKE = REPO / "recipes" / "smoke.yaml"
+
+
+def write_variant(tmp_path: Path, mutate) -> Path:
+    data = yaml.safe_load(SMOKE.read_text())
+    mutate(data)
+    path = tmp_path / "variant.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def refused(path_or_name, profile="tiny", overrides=()) -> str:
+    with pytest.raises(RecipeError) as e:
+        load_recipe(str(path_or_name), profile, list(overrides))
+    return str(e.value)
+
+
+def test_every_shipped_recipe_validates_on_every_profile_that_fits_offline():
+    for name in list_recipes():
+        resolved = load_recipe(name, "tiny")
+        assert resolved.recipe.stages
+
+
+def test_profile_and_set_layering():
+    r = load_recipe("smoke", "tiny", ["stages.polish.max_steps=7", "eval.max_new_tokens=12"])
+    cold, polish = r.recipe.stages
+    assert cold.model == "tiny-qwen3"  # the `base` alias, mapped by the profile
+    assert cold.max_steps == 24 and polish.max_steps == 7  # profile, then --set
+    assert polish.model == "cold_start.model"
+    assert r.recipe.eval.max_new_tokens == 12
+
+
+def test_unknown_top_level_field_names_file_line_and_field(tmp_path):
+    p = write_variant(tmp_path, lambda d: d.update(bogus_top=1))
+    msg = refused(p)
+    assert "bogus_top" in msg and "unknown field" in msg and "variant.yaml:" in msg
+
+
+def test_unknown_stage_field_has_yaml_path(tmp_path):
+    p = write_variant(tmp_path, lambda d: d["stages"][1].update(bogus_stage_field=1))
+    assert "stages[1].bogus_stage_field: unknown field" in refused(p)
+
+
+def test_wrong_type_is_reported_even_where_the_profile_overrides_it(tmp_path):
+    p = write_variant(tmp_path, lambda d: d["stages"][0].update(max_steps="many"))
+    msg = refused(p)
+    assert "stages[0].max_steps" in msg and "integer" in msg
+
+
+def test_reference_to_missing_stage(tmp_path):
+    p = write_variant(tmp_path, lambda d: d["stages"][1].update(model="nosuch.model"))
+    assert "stages[1].model: 'nosuch.model' names no stage" in refused(p)
+
+
+def test_reference_to_later_stage(tmp_path):
+    p = write_variant(tmp_path, lambda d: d["stages"][0].update(model="polish.model"))
+    assert "runs later" in refused(p)
+
+
+def test_reference_to_an_output_the_stage_does_not_make(tmp_path):
+    p = write_variant(tmp_path, lambda d: d["stages"][1].update(data={"source": "cold_start.dataset"}))
+    assert "produces ['model'], not 'dataset'" in refused(p)
+
+
+def test_unknown_stage_kind(tmp_path):
+    p = write_variant(tmp_path, lambda d: d["stages"][0].update(kind="no_such_kind"))
+    msg = refused(p)
+    assert "stages[0]: unknown stage kind 'no_such_kind'" in msg and "sft" in msg
+
+
+def test_unknown_dataset_source_and_parameter(tmp_path):
+    def mutate(d):
+        d["stages"][0]["data"] = {"source": "no_such_source"}
+        d["stages"][1]["data"]["params"] = {"colour": "red"}
+    msg = refused(write_variant(tmp_path, mutate))
+    assert "stages[0].data.source: unknown data source 'no_such_source'" in msg
+    assert "stages[1].data.params.colour" in msg
+
+
+def test_unknown_profile():
+    assert "profile 'huge' not found" in refused("smoke", profile="huge")
+
+
+def test_missing_model_path_is_named(tmp_path):
+    missing = tmp_path / "no" / "model"
+    assert str(missing) in refused("smoke", overrides=[f"stages.cold_start.model={missing}"])
+
+
+def test_duplicate_stage_names(tmp_path):
+    p = write_variant(tmp_path, lambda d: d["stages"][1].update(name="cold_start", model="base"))
+    assert "duplicate stage name 'cold_start'" in refused(p)
+
+
+def test_set_of_unknown_stage_is_refused():
+    assert "stages are cold_start, polish" in refused("smoke", overrides=["stages.nope.max_steps=3"])
+
+
+def test_ranks_without_deepspeed_and_missing_deepspeed_config():
+    assert "needs mode: deepspeed" in refused("smoke", overrides=["stages.polish.launcher.ranks=2"])
+    msg = refused("smoke", overrides=["stages.polish.launcher.mode=deepspeed",
+                                      "stages.polish.launcher.deepspeed_config=zero9"])
+    assert "stages[1].launcher.deepspeed_config" in msg
+
+
+def test_all_errors_are_listed_together(tmp_path):
+    def mutate(d):
+        d["stages"][0]["bogus"] = 1
+        d["stages"][1]["max_steps"] = "x"
+    msg = refused(write_variant(tmp_path, mutate))
+    assert "stages[0].bogus" in msg and "stages[1].max_steps" in msg
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    p = tmp_path / "broken.yaml"
+    p.write_text("name: x\nstages:\n  - name: a\n    kind: [unclosed\n")
+    assert "broken.yaml:" in refused(p) and "invalid YAML" in refused(p)
+
+
+def test_cli_validate_exit_codes(tmp_path):
+    ok = run_cli("validate", "smoke", "--profile", "tiny")
+    assert ok.returncode == 0, ok.stderr
+    bad = write_variant(tmp_path, lambda d: d["stages"][0].update(kind="no_such_kind"))
+    res = run_cli("validate", str(bad), "--profile", "tiny")
+    assert res.returncode == 2 and "no_such_kind" in res.stderr
+    res = run_cli("run", str(bad), "--profile", "tiny")  # `run` refuses before Prefect starts
+    assert res.returncode == 2 and "no_such_kind" in res.stderr and "Starting temporary server" not in res.stdout + res.stderr
