@@ -49,7 +49,7 @@ def watch_flow(pid: int | None, every_s: float = 2.0) -> None:
 def log_to_mlflow(metrics: dict, table: list[dict] | None, spec: dict) -> None:
     import mlflow
 
-    run_id = os.environ.get("MLFLOW_RUN_ID")
+    run_id = spec.get("mlflow_run_id")
     if not run_id:
         return
     client = mlflow.MlflowClient()
@@ -73,6 +73,8 @@ def run_spec(spec: dict) -> dict | None:
 
     from pipeline.home import write_json_atomic
 
+    # mlflow.end_run() (called by HF's callback when training ends) unsets MLFLOW_RUN_ID: keep it.
+    spec.setdefault("mlflow_run_id", os.environ.get("MLFLOW_RUN_ID"))
     cfg = STAGE_CONFIGS[spec["kind"]].model_validate(spec["stage"])
     ctx = StageContext(spec=spec, output_dir=Path(spec["output_dir"]))
     started = time.time()

@@ -40,7 +40,7 @@ class StageContext:
 
     @property
     def reports_to_mlflow(self) -> bool:
-        return bool(os.environ.get("MLFLOW_RUN_ID"))
+        return bool(self.spec.get("mlflow_run_id"))
 
     def input(self, name: str):
         return self.spec["inputs"][name]
