@@ -20,7 +20,9 @@ setup: $(STAMP)
 
 demo: setup
 	$(VENV)/bin/posttrain run smoke --profile tiny
-	$(VENV)/bin/posttrain show latest
+	@echo
+	@echo "Look closer:  $(VENV)/bin/posttrain show latest --json"
+	@echo "UIs:          $(VENV)/bin/posttrain ui   (Prefect http://127.0.0.1:4200, MLflow http://127.0.0.1:5000)"
 
 test: setup
 	$(PY) -m pytest -q -x --durations=15 tests

@@ -62,11 +62,22 @@ def load_stage_rows(data: dict) -> list[dict]:
 
 
 def last_checkpoint(ctx: StageContext) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete checkpoint. HF writes trainer_state.json last, so a checkpoint without
+    it was cut short by a crash mid-save; those are removed rather than resumed from."""
+    import shutil
 
     if not ctx.checkpoint_dir.is_dir():
         return None
-    return get_last_checkpoint(str(ctx.checkpoint_dir))
+    found = sorted(ctx.checkpoint_dir.glob("checkpoint-*"), key=lambda p: checkpoint_step(str(p)))
+    complete = [p for p in found if (p / "trainer_state.json").exists()]
+    if ctx.is_main:
+        for p in found:
+            if p not in complete:
+                print(f"posttrain: removing incomplete checkpoint {p}", flush=True)
+                shutil.rmtree(p, ignore_errors=True)
+    if complete:
+        print(f"posttrain: resuming from {complete[-1]}", flush=True)
+    return str(complete[-1]) if complete else None
 
 
 def checkpoint_step(path: str | None) -> int:
