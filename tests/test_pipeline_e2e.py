@@ -79,3 +79,25 @@ def test_changed_stage_reruns_alone(smoke_runs, prefect_harness):
     third = run_recipe("smoke", "tiny", ["stages.polish.max_steps=6"])
     assert [s["cached"] for s in third["stages"]] == [True, False]
     assert third["stages"][1]["metrics"]["train/global_step"] == 6
+
+
+def test_cli_list_and_show_read_the_run_records(smoke_runs):
+    from tests.conftest import run_cli
+
+    first, second = smoke_runs
+    listing = run_cli("list")
+    assert listing.returncode == 0 and "smoke" in listing.stdout and second["id"] in listing.stdout
+    shown = run_cli("show", first["id"])
+    assert shown.returncode == 0
+    assert first["stages"][0]["mlflow_run_id"] in shown.stdout and "cold_start" in shown.stdout
+    assert run_cli("show", "no-such-run").returncode == 2
+
+
+def test_deployments_offer_recipe_and_profile_as_choices(prefect_harness):
+    from pipeline.flow import run_recipe
+    from pipeline.recipe import list_profiles
+
+    deployment = run_recipe.to_deployment(name="smoke", parameters={"recipe": "smoke", "profile": "tiny"})
+    props = deployment._parameter_openapi_schema.model_dump()["properties"]
+    assert props["profile"]["anyOf"][0]["enum"] == list_profiles()
+    assert "smoke" in str(props["recipe"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from stages.rewards import code, ifeval, language, length
 from stages.rewards import format as format_rewards
 from stages.rewards import math as math_rewards
 
@@ -17,6 +18,13 @@ RewardFn = Callable[..., list]
 REWARDS: dict[str, Callable[..., RewardFn]] = {
     "accuracy_math": math_rewards.accuracy_math,
     "format_think": format_rewards.format_think,
+    "language_consistency": language.language_consistency,
+    "length_kimi": length.length_kimi,
+    "overlong_dapo": length.overlong_dapo,
+    "cosine_length": length.cosine_length,
+    "repetition": length.repetition,
+    "code_exec": code.code_exec,
+    "ifeval_constraints": ifeval.ifeval_constraints,
 }
 
 
@@ -33,3 +41,18 @@ def completion_text(completion) -> str:
     if isinstance(completion, str):
         return completion
     return "".join(m.get("content", "") for m in completion if m.get("role", "assistant") == "assistant")
+
+
+def reward_stats(name: str, values: list) -> dict[str, float]:
+    """mean, std and None count of one reward over a batch, for MLflow."""
+    judged = [float(v) for v in values if v is not None]
+    mean = sum(judged) / len(judged) if judged else 0.0
+    std = (sum((v - mean) ** 2 for v in judged) / len(judged)) ** 0.5 if judged else 0.0
+    return {f"rewards/{name}/mean": mean, f"rewards/{name}/std": std,
+            f"rewards/{name}/none": float(len(values) - len(judged))}
+
+
+def combined(rewards: dict[str, list], weights: dict[str, float]) -> list[float]:
+    """Weighted sum per sample; a None (cannot judge) contributes nothing, as in TRL."""
+    n = len(next(iter(rewards.values())))
+    return [sum(weights[k] * v[i] for k, v in rewards.items() if v[i] is not None) for i in range(n)]

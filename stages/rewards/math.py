@@ -65,9 +65,41 @@ def score_math(gold: str | None, completion: str, answer_is_fallback: bool = Tru
     return 1.0 if verify(gold_parsed, pred, timeout_seconds=None) else 0.0
 
 
-def accuracy_math(answer_is_fallback: bool = True):
+_POOLS: dict[tuple, object] = {}
+
+
+def shared_pool(workers: int | None, timeout_s: float):
+    """One scoring pool per (workers, timeout) and process, started on first use."""
+    from stages.rewards.pool import ScoringPool
+
+    key = (workers, timeout_s)
+    if key not in _POOLS:
+        _POOLS[key] = ScoringPool(score_math, workers=workers, timeout_s=timeout_s)
+    return _POOLS[key]
+
+
+def accuracy_math(answer_is_fallback: bool = True, timeout_s: float = 5.0, workers: int | None = None,
+                  pooled: bool = True):
+    """1.0 when the completion's final answer equals the gold `answer`, else 0.0; None if unjudgeable.
+
+    With `pooled` (the default), samples are scored in worker processes with a hard per-sample
+    timeout; a timed-out sample scores 0.0 and is counted in `reward.counters["timeouts"]`.
+    """
     from stages.rewards import completion_text
 
+    counters = {"timeouts": 0, "unjudged": 0}
+
     def reward(prompts=None, completions=(), answer=(), **_):
-        return [score_math(g, completion_text(c), answer_is_fallback) for g, c in zip(answer, completions)]
+        items = [(g, completion_text(c), answer_is_fallback) for g, c in zip(answer, completions)]
+        if pooled:
+            pool = shared_pool(workers, timeout_s)
+            before = pool.timeouts
+            scores = pool.map(items, on_timeout=0.0, on_error=0.0)
+            counters["timeouts"] += pool.timeouts - before
+        else:
+            scores = [score_math(*item) for item in items]
+        counters["unjudged"] += sum(s is None for s in scores)
+        return scores
+
+    reward.counters = counters
     return reward

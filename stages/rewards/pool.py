@@ -1,0 +1,141 @@
+"""A small process pool that scores samples with a hard per-sample timeout.
+
+math-verify (sympy) can hang or eat memory on adversarial answers (towers of exponents, numbers
+with a million digits), and its own timeouts use signal.alarm, which only works in the main thread.
+So scoring runs in worker processes, each with an address-space limit; the parent hands out small
+chunks, and each worker streams back one result per sample. If a sample runs past the timeout its
+worker is SIGKILLed and replaced, the sample scores the timeout value, and the rest of its chunk
+goes back in the queue. Workers come from a forkserver, so a replacement costs a fork, not an
+interpreter start, and the pool is safe to use from any thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+import os
+import resource
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.connection import wait
+
+MEMORY_LIMIT_BYTES = 4 << 30
+
+
+def _worker(conn, fn: Callable, memory_limit: int) -> None:
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    except (ValueError, OSError):
+        pass
+    while True:
+        try:
+            chunk = conn.recv()
+        except EOFError:
+            return
+        if chunk is None:
+            return
+        for index, args in chunk:
+            try:
+                value = fn(*args)
+            except MemoryError:
+                value = "error"
+            except Exception:  # a crash on one sample is that sample's problem only
+                value = "error"
+            conn.send((index, value))
+
+
+class ScoringPool:
+    def __init__(self, fn: Callable, workers: int | None = None, timeout_s: float = 5.0,
+                 chunk_size: int = 16, memory_limit: int = MEMORY_LIMIT_BYTES):
+        self.fn, self.timeout_s, self.chunk_size, self.memory_limit = fn, timeout_s, chunk_size, memory_limit
+        self.size = workers or max(1, min(os.cpu_count() or 1, 8))
+        self.ctx = mp.get_context("forkserver")
+        self.ctx.set_forkserver_preload([fn.__module__])
+        self._lock = threading.Lock()  # one map() at a time; callers from many threads queue here
+        self._workers: list[tuple] = []
+        self.timeouts = 0
+        self.errors = 0
+        atexit.register(self.close)
+
+    def _spawn(self):
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker, args=(child, self.fn, self.memory_limit), daemon=True)
+        proc.start()
+        child.close()
+        return proc, parent
+
+    def _kill(self, i: int) -> None:
+        proc, conn = self._workers[i]
+        proc.kill()
+        proc.join()
+        conn.close()
+        self._workers[i] = self._spawn()
+
+    def map(self, items: list[tuple], on_timeout=0.0, on_error=0.0) -> list:
+        """fn(*item) for every item, in order; `on_timeout` / `on_error` where a sample failed."""
+        with self._lock:
+            while len(self._workers) < self.size:
+                self._workers.append(self._spawn())
+            results: list = [None] * len(items)
+            todo = deque(range(len(items)))
+            pending = [deque() for _ in self._workers]  # indices each worker still owes
+            started = [0.0] * len(self._workers)  # when its current sample began
+            remaining = len(items)
+            while remaining:
+                for w, owed in enumerate(pending):
+                    if not owed and todo:
+                        chunk = [todo.popleft() for _ in range(min(self.chunk_size, len(todo)))]
+                        self._workers[w][1].send([(i, items[i]) for i in chunk])
+                        owed.extend(chunk)
+                        started[w] = time.monotonic()
+                busy = [w for w, owed in enumerate(pending) if owed]
+                deadline = min(started[w] for w in busy) + self.timeout_s
+                ready = wait([self._workers[w][1] for w in busy], timeout=max(0.0, deadline - time.monotonic()))
+                now = time.monotonic()
+                for w in busy:
+                    conn = self._workers[w][1]
+                    if conn in ready:
+                        try:
+                            index, value = conn.recv()
+                        except (EOFError, OSError):  # the worker died (the OOM killer, say)
+                            index = pending[w].popleft()
+                            results[index] = on_error
+                            self.errors += 1
+                            remaining -= 1
+                            todo.extendleft(reversed(pending[w]))
+                            pending[w].clear()
+                            self._kill(w)
+                            started[w] = now
+                            continue
+                        pending[w].remove(index)
+                        if value == "error":
+                            self.errors += 1
+                            value = on_error
+                        results[index] = value
+                        remaining -= 1
+                        started[w] = now
+                    elif now - started[w] >= self.timeout_s:
+                        index = pending[w].popleft()
+                        results[index] = on_timeout
+                        self.timeouts += 1
+                        remaining -= 1
+                        todo.extendleft(reversed(pending[w]))  # the rest of its chunk, to others
+                        pending[w].clear()
+                        self._kill(w)
+                        started[w] = now
+            return results
+
+    def close(self) -> None:
+        for proc, conn in self._workers:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+            proc.join(timeout=1)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            conn.close()
+        self._workers = []
