@@ -44,9 +44,12 @@ def extract_answer(text: str, answer_is_fallback: bool = True) -> str | None:
 
 
 def parse_gold(gold: str):
+    """Parsed gold, or None when math-verify only got the raw string back (nothing it understood):
+    comparing raw strings would let a broken gold score 1.0 against an identical broken answer."""
+    gold = gold.replace("\\$", "").strip()  # currency: "\$5" is the number 5
     text = gold if ("\\boxed" in gold or "$" in gold) else f"${gold}$"
     parsed = parse(text, extraction_config=ANY_FORM, parsing_timeout=None)
-    return parsed or None
+    return parsed if any(not isinstance(p, str) for p in parsed) else None
 
 
 def score_math(gold: str | None, completion: str, answer_is_fallback: bool = True) -> float | None:

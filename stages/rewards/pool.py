@@ -48,7 +48,7 @@ def _worker(conn, fn: Callable, memory_limit: int) -> None:
 
 class ScoringPool:
     def __init__(self, fn: Callable, workers: int | None = None, timeout_s: float = 5.0,
-                 chunk_size: int = 16, memory_limit: int = MEMORY_LIMIT_BYTES):
+                 chunk_size: int = 32, memory_limit: int = MEMORY_LIMIT_BYTES):
         self.fn, self.timeout_s, self.chunk_size, self.memory_limit = fn, timeout_s, chunk_size, memory_limit
         self.size = workers or max(1, min(os.cpu_count() or 1, 8))
         self.ctx = mp.get_context("forkserver")
@@ -57,12 +57,14 @@ class ScoringPool:
         self._workers: list[tuple] = []
         self.timeouts = 0
         self.errors = 0
+        self.spawned: list[int] = []  # every worker pid ever started, for leak checks
         atexit.register(self.close)
 
     def _spawn(self):
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=_worker, args=(child, self.fn, self.memory_limit), daemon=True)
         proc.start()
+        self.spawned.append(proc.pid)
         child.close()
         return proc, parent
 
@@ -79,6 +81,7 @@ class ScoringPool:
             while len(self._workers) < self.size:
                 self._workers.append(self._spawn())
             results: list = [None] * len(items)
+            self.durations = [0.0] * len(items)  # seconds each sample took, timeouts included
             todo = deque(range(len(items)))
             pending = [deque() for _ in self._workers]  # indices each worker still owes
             started = [0.0] * len(self._workers)  # when its current sample began
@@ -98,7 +101,17 @@ class ScoringPool:
                     conn = self._workers[w][1]
                     if conn in ready:
                         try:
-                            index, value = conn.recv()
+                            while pending[w] and conn.poll():  # drain: fewer wake-ups per sample
+                                index, value = conn.recv()
+                                pending[w].remove(index)
+                                if value == "error":
+                                    self.errors += 1
+                                    value = on_error
+                                results[index] = value
+                                now = time.monotonic()
+                                self.durations[index] = now - started[w]
+                                remaining -= 1
+                                started[w] = now
                         except (EOFError, OSError):  # the worker died (the OOM killer, say)
                             index = pending[w].popleft()
                             results[index] = on_error
@@ -108,17 +121,10 @@ class ScoringPool:
                             pending[w].clear()
                             self._kill(w)
                             started[w] = now
-                            continue
-                        pending[w].remove(index)
-                        if value == "error":
-                            self.errors += 1
-                            value = on_error
-                        results[index] = value
-                        remaining -= 1
-                        started[w] = now
                     elif now - started[w] >= self.timeout_s:
                         index = pending[w].popleft()
                         results[index] = on_timeout
+                        self.durations[index] = now - started[w]
                         self.timeouts += 1
                         remaining -= 1
                         todo.extendleft(reversed(pending[w]))  # the rest of its chunk, to others

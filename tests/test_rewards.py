@@ -1,0 +1,240 @@
+"""Rewards and verifiers: answer equivalence, the papers' formulas, language, threads, adversarial input."""
+
+import json
+import os
+import threading
+
+import pytest
+
+from stages.rewards import combined, get_reward, reward_stats
+from stages.rewards.length import cosine_scaled, kimi_lambda, kimi_length_reward, overlong_penalty
+from stages.rewards.math import last_boxed, score_math
+
+CASES = [
+ ("82", "The answer is \\boxed{82}.", 1.0),
+ ("82", "\\boxed{83}", 0.0),
+ ("\\frac{1}{2}", "\\boxed{0.5}", 1.0),
+ ("0.5", "\\boxed{\\frac{1}{2}}", 1.0),
+ ("\\frac{1}{2}", "\\boxed{\\dfrac{1}{2}}", 1.0),
+ ("\\frac{1}{2}", "\\boxed{\\tfrac12}", 1.0),
+ ("\\frac{2}{4}", "\\boxed{\\frac{1}{2}}", 1.0),
+ ("1/3", "\\boxed{\\frac{1}{3}}", 1.0),
+ ("0.333", "\\boxed{\\frac{1}{3}}", 0.0),
+ ("50\\%", "\\boxed{50\\%}", 1.0),
+ ("50\\%", "\\boxed{50}", 1.0),
+ ("10", "\\boxed{10\\text{ cm}}", 1.0),
+ ("10", "\\boxed{10 \\text{ meters}}", 1.0),
+ ("\\{1,2,3\\}", "\\boxed{\\{3,2,1\\}}", 1.0),
+ ("\\{1,2\\}", "\\boxed{\\{1,2,3\\}}", 0.0),
+ ("(1,2]", "\\boxed{(1,2]}", 1.0),
+ ("(1,2]", "\\boxed{[1,2]}", 0.0),
+ ("(1, 2)", "\\boxed{(1,2)}", 1.0),
+ ("(1,2)", "\\boxed{(2,1)}", 0.0),
+ ("\\sqrt{2}", "\\boxed{\\sqrt 2}", 1.0),
+ ("2\\sqrt{2}", "\\boxed{\\sqrt{8}}", 1.0),
+ ("\\pi", "\\boxed{\\pi}", 1.0),
+ ("3.14", "\\boxed{\\pi}", 0.0),
+ ("x^2+2x+1", "\\boxed{(x+1)^2}", 1.0),
+ ("-5", "\\boxed{-5}", 1.0),
+ ("-5", "\\boxed{5}", 0.0),
+ ("1000", "\\boxed{1,000}", 1.0),
+ ("1000", "\\boxed{1000.}", 1.0),
+ ("7", "The answer is \\boxed{\\boxed{7}}", 1.0),
+ ("7", "first \\boxed{3}, finally \\boxed{7}", 1.0),
+ ("3", "first \\boxed{3}, finally \\boxed{7}", 0.0),
+ ("\\frac{3}{4}", "\\boxed{\\frac{3}{4}}.", 1.0),
+ ("12", "\\boxed{ 12 }", 1.0),
+ ("12", "\\boxed{1 2}", 0.0),
+ ("12", "The answer is 12.", 1.0),
+ ("12", "the answer is: 12", 1.0),
+ ("12", "I think it is twelve", 0.0),
+ ("12", "no boxed answer here", 0.0),
+ ("12", "", 0.0),
+ ("x=3", "\\boxed{3}", 1.0),
+ ("3", "\\boxed{x=3}", 1.0),
+ ("2", "\\boxed{\\frac{4}{2}}", 1.0),
+ ("\\infty", "\\boxed{\\infty}", 1.0),
+ ("1.5", "\\boxed{\\frac{3}{2}}", 1.0),
+ ("1.5", "\\boxed{1.50}", 1.0),
+ ("\\$5", "\\boxed{5}", 1.0),
+ ("90^\\circ", "\\boxed{90}", 1.0),
+ ("\\text{(A)}", "\\boxed{A}", 1.0),
+]
+
+
+@pytest.mark.parametrize("gold,completion,expected", CASES)
+def test_answer_equivalence(gold, completion, expected):
+    assert score_math(gold, completion) == expected
+
+
+@pytest.mark.parametrize("gold", ["", None, "\\frac{", "}{", "\\invalid{{"])
+def test_missing_or_unparseable_gold_is_unjudged_never_correct(gold):
+    assert score_math(gold, "\\boxed{1}") is None
+    assert score_math(gold, f"\\boxed{{{gold}}}") is None  # even an identical broken answer
+
+
+def test_gold_goes_first():
+    # math-verify is not symmetric: an interval gold is not matched by a bare number, and vice versa
+    assert score_math("(1,2]", "\\boxed{(1,2]}") == 1.0
+
+
+def test_last_boxed_matches_nested_braces():
+    assert last_boxed("so \\boxed{\\frac{1}{\\sqrt{2}}} done") == "\\frac{1}{\\sqrt{2}}"
+    assert last_boxed("\\boxed{unbalanced") is None
+
+
+def test_accuracy_reward_takes_chat_messages_and_counts_unjudged():
+    reward = get_reward("accuracy_math", pooled=False)
+    out = reward(prompts=[[]] * 3, completions=[[{"role": "assistant", "content": "\\boxed{4}"}], "\\boxed{5}", "x"],
+                 answer=["4", "4", None])
+    assert out == [1.0, 0.0, None] and reward.counters["unjudged"] == 1
+
+
+def test_format_think_r1_and_r1_zero_styles():
+    r1, zero = get_reward("format_think"), get_reward("format_think", answer_tags=True)
+    good = "<think>\nreason\n</think>\n\nThe answer is 4."
+    tags = "<think> reason </think> <answer> 4 </answer>"
+    bad = ["no think", "<think>a</think>", "<think>a</think><think>b</think> x", "</think> x <think>"]
+    assert r1(completions=[good, *bad]) == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert zero(completions=[tags, good, "<think>a</think> <answer></answer>"]) == [1.0, 0.0, 0.0]
+
+
+# ---- Kimi k1.5 length reward (RECIPES.md): lambda = 0.5 - (len - min)/(max - min)
+
+def test_kimi_lambda_worked_example():
+    assert kimi_lambda([100, 200, 300]) == [0.5, 0.0, -0.5]
+    assert kimi_lambda([50, 50]) == [0.0, 0.0]
+
+
+def test_kimi_reward_correct_keeps_lambda_wrong_clips_at_zero():
+    assert kimi_length_reward([100, 200, 300, 100], [1.0, 1.0, 0.0, 0.0]) == [0.5, 0.0, -0.5, 0.0]
+
+
+def test_kimi_reward_groups_by_prompt_and_uses_token_lengths():
+    reward = get_reward("length_kimi")
+    prompts = ["p1", "p1", "p2", "p2"]
+    out = reward(prompts=prompts, completions=["\\boxed{1}", "\\boxed{1}", "\\boxed{2}", "\\boxed{3}"],
+                 answer=["1", "1", "2", "2"], completion_ids=[[0] * 10, [0] * 30, [0] * 5, [0] * 15])
+    assert out == [0.5, -0.5, 0.5, -0.5]
+
+
+# ---- DAPO soft overlong punishment: L_max 20480, L_cache 4096 (paper values)
+
+@pytest.mark.parametrize("length,expected", [(16384, 0.0), (1000, 0.0), (18432, -0.5), (20480, -1.0),
+                                             (20481, -1.0), (17408, -0.25)])
+def test_dapo_overlong_worked_values(length, expected):
+    assert overlong_penalty(length, 20480, 4096) == pytest.approx(expected)
+
+
+def test_cosine_length_endpoints():
+    assert cosine_scaled(0, True, 1000) == pytest.approx(1.0)
+    assert cosine_scaled(1000, True, 1000) == pytest.approx(0.5)
+    assert cosine_scaled(0, False, 1000) == pytest.approx(-1.0)
+    assert cosine_scaled(1000, False, 1000) == pytest.approx(-0.5)
+
+
+def test_repetition_penalty():
+    reward = get_reward("repetition", ngram=2, max_penalty=-1.0)
+    out = reward(completions=["a b c d e", "a b a b a b a b"])
+    assert out[0] == 0.0 and out[1] == pytest.approx(-(1 - 2 / 7))
+
+
+# ---- language consistency
+
+def test_language_consistency_pure_mixed_and_code_heavy():
+    reward = get_reward("language_consistency", language="en")
+    pure = "<think>First add the numbers, then check the sum.</think> 42"
+    mixed = "<think>我们先计算 then add them</think> 42"  # 5 Han characters, 3 English words... see below
+    code = "<think>Use `np.sum(x)` and ```python\nprint(total_sum)\n``` then $\\frac{a}{b}$ done</think> 1"
+    out = reward(completions=[pure, mixed, code])
+    assert out[0] == 1.0
+    assert out[1] == pytest.approx(3 / 8)  # 我们先计算 = 5 words in Han script, then/add/them = 3 in Latin
+    assert out[2] == 1.0  # code and math are neutral: only "Use", "and", "then", "done" count
+    zh = get_reward("language_consistency", language="zh")
+    assert zh(completions=[mixed])[0] == pytest.approx(5 / 8)
+
+
+def test_language_from_row_column_and_only_neutral_text():
+    reward = get_reward("language_consistency")
+    out = reward(completions=["<think>Привет мир hello</think> x", "<think>$x^2$ 42</think> x"], language=["ru", "en"])
+    assert out == [pytest.approx(2 / 3), None]
+
+
+# ---- combination and stats
+
+def test_combined_and_stats():
+    rewards = {"a": [1.0, None, 0.0], "b": [1.0, 1.0, None]}
+    assert combined(rewards, {"a": 1.0, "b": 0.5}) == [1.5, 0.5, 0.0]
+    stats = reward_stats("a", rewards["a"])
+    assert stats == {"rewards/a/mean": 0.5, "rewards/a/std": 0.5, "rewards/a/none": 1.0}
+
+
+def test_ifeval_constraints_fraction():
+    reward = get_reward("ifeval_constraints")
+    spec = json.dumps([{"type": "lowercase"}, {"type": "keywords", "words": ["tea"]}, {"type": "word_count", "max": 3}])
+    assert reward(completions=["<think>x</think> i like tea", "I Like Coffee a lot"], answer=[spec, spec]) == [1.0, 0.0]
+
+
+def test_every_reward_works_from_a_non_main_thread():
+    from stages.rewards import REWARDS
+
+    columns = {"answer": ["4"], "language": ["en"]}
+    results, errors = {}, []
+
+    def call(name):
+        try:
+            params = {"language": "en"} if name == "language_consistency" else {}
+            answer = [json.dumps({"tests": ["assert 1"]})] if name == "code_exec" else (
+                [json.dumps([{"type": "lowercase"}])] if name == "ifeval_constraints" else columns["answer"])
+            results[name] = get_reward(name, **params)(prompts=["p"], completions=["<think>add</think> \\boxed{4}"],
+                                                       **{**columns, "answer": answer})
+        except Exception as e:  # noqa: BLE001
+            errors.append((name, e))
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in REWARDS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and set(results) == set(REWARDS)
+    assert results["accuracy_math"] == [1.0]
+
+
+def _children() -> set[int]:
+    me = str(os.getpid())
+    out = set()
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if open(f"/proc/{p}/stat").read().split()[3] == me:
+                    out.add(int(p))
+            except OSError:
+                pass
+    return out
+
+
+def test_adversarial_answers_time_out_score_zero_and_leave_no_process():
+    from stages.rewards.math import accuracy_math
+    import time
+
+    reward = accuracy_math(timeout_s=2.0, workers=2)
+    adversarial = ["\\boxed{2^{2^{2^{100}}}}", "\\boxed{" + "9" * 1_000_000 + "}",
+                   "\\boxed{" + "{" * 3000 + "1" + "}" * 3000 + "}", "\\boxed{\\frac{1}{", "\\boxed{" + "(" * 500 + "}",
+                   "\\boxed{10^{10^{10^{10}}}!}"]
+    start = time.time()
+    out = reward(completions=adversarial, answer=["1"] * len(adversarial))
+    assert out == [0.0] * len(adversarial)
+    # at worst every sample times out, two at a time
+    assert time.time() - start <= (2.0 + 1.0) * len(adversarial) / 2 + 2
+    from stages.rewards.math import _POOLS
+
+    pool = _POOLS[(2, 2.0)]
+    assert pool.timeouts >= 1 and reward.counters["timeouts"] == pool.timeouts
+    spawned = list(pool.spawned)
+    assert len(spawned) > 2  # timed-out workers were replaced
+    pool.close()
+    del _POOLS[(2, 2.0)]
+    time.sleep(0.2)
+    alive = [pid for pid in spawned if os.path.exists(f"/proc/{pid}")
+             and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+    assert alive == []
