@@ -268,12 +268,29 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
                 f"no DeepSpeed config {launcher.deepspeed_config!r} (looked for {deepspeed_config_path(launcher.deepspeed_config)})")
         produced[stage.name] = stage.OUTPUTS
     if recipe.eval is not None:
+        for j, reward in enumerate(recipe.eval.rewards):
+            if msg := check_reward(reward.name, reward.params):
+                add(("eval", "rewards", j, "name" if "unknown reward" in msg else "params"), msg)
         spec = recipe.eval.data
         if spec.stage_ref:
             add(("eval", "data", "source"), "evaluation data must be a named source, not a stage output")
         for rel, msg in check_data_spec(spec.source, spec.params):
             add(("eval", "data") + rel, msg)
     return errors
+
+
+def check_reward(name: str, params: dict) -> str | None:
+    import inspect
+
+    from stages.rewards import REWARDS
+
+    if name not in REWARDS:
+        return f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}"
+    try:
+        inspect.signature(REWARDS[name]).bind(**params)
+    except TypeError as e:
+        return f"reward {name}: {e}"
+    return None
 
 
 def deepspeed_config_path(name: str) -> Path:

@@ -52,6 +52,13 @@ class DataSpec(Strict):
         return self.source if "." in self.source and "/" not in self.source else None
 
 
+class RewardSpec(Strict):
+    """A reward from the registry (stages/rewards), by name, with its weight and parameters."""
+    name: str
+    weight: float = 1.0
+    params: dict = Field(default_factory=dict)
+
+
 class LoraSpec(Strict):
     r: int = Field(16, ge=1)
     alpha: int = Field(32, ge=1)

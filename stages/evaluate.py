@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from stages.common import DataSpec, Strict
+from stages.common import DataSpec, RewardSpec, Strict
 
 
 class EvalSpec(Strict):
@@ -20,6 +20,7 @@ class EvalSpec(Strict):
     temperature: float = Field(0.6, gt=0)
     top_p: float = Field(0.95, gt=0, le=1)
     table_rows: int = Field(8, ge=0, description="sample generations logged as a table")
+    rewards: list[RewardSpec] = Field(default_factory=list, description="rewards also scored on the greedy outputs")
 
 
 def score_rows(rows: list[dict], completions: list[str]) -> list[float | None]:
@@ -34,6 +35,20 @@ def score_rows(rows: list[dict], completions: list[str]) -> list[float | None]:
         else:  # code / instruction checks arrive with the rewards issue; unjudged until then
             scores.append(None)
     return scores
+
+
+def score_rewards(specs: list[RewardSpec], rows: list[dict], completions: list[str]) -> dict[str, float]:
+    """Each named reward's mean, std and None count, and the weighted combination's mean."""
+    from stages.rewards import combined, get_reward, reward_stats
+
+    columns = {"answer": [r["answer"] for r in rows], "language": [r["language"] for r in rows]}
+    prompts = [r["prompt"] for r in rows]
+    values = {s.name: get_reward(s.name, **s.params)(prompts=prompts, completions=completions, **columns) for s in specs}
+    out: dict[str, float] = {}
+    for name, v in values.items():
+        out.update({f"eval/{k}": x for k, x in reward_stats(name, v).items()})
+    out["eval/rewards/combined/mean"] = _mean(combined(values, {s.name: s.weight for s in specs}))
+    return out
 
 
 def _mean(values) -> float:
@@ -62,6 +77,8 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
         "eval/unjudged": float(sum(s is None for s in scores)),
         "eval/n": float(len(rows)),
     }
+    if spec.rewards:
+        metrics.update(score_rewards(spec.rewards, rows, greedy))
     if spec.samples:
         sampled = generate(model, tokenizer, prompts, SamplingSpec(
             max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-_HOME = Path(tempfile.mkdtemp(prefix="posttrain-tests-"))
+# Idempotent: test modules import helpers from here, which must not make a second home.
+_HOME = Path(os.environ.get("POSTTRAIN_TEST_HOME") or tempfile.mkdtemp(prefix="posttrain-tests-"))
+os.environ["POSTTRAIN_TEST_HOME"] = str(_HOME)
 os.environ["POSTTRAIN_HOME"] = str(_HOME)
 os.environ["PREFECT_HOME"] = str(_HOME / "prefect")
 os.environ.pop("MLFLOW_TRACKING_URI", None)

@@ -55,7 +55,8 @@ def test_mlflow_parent_and_nested_stage_runs(smoke_runs):
         assert run.data.params["stage.name"] == stage["name"] and run.data.params["stage.max_steps"] == "24"
         loss = client.get_metric_history(run.info.run_id, "loss")
         assert len(loss) >= 3 and len({m.step for m in loss}) == len(loss)  # per-step training curve
-        for key in ("eval/accuracy", "eval/format_rate", "eval/thinking_tokens_mean"):
+        for key in ("eval/accuracy", "eval/format_rate", "eval/thinking_tokens_mean",
+                    "eval/rewards/accuracy_math/mean", "eval/rewards/format_think/none", "eval/rewards/combined/mean"):
             assert key in run.data.metrics
         names = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"eval_samples.json", "stage_config.json", "tokenizer"} <= names

@@ -87,6 +87,14 @@ def test_unknown_dataset_source_and_parameter(tmp_path):
     assert "stages[1].data.params.colour" in msg
 
 
+def test_unknown_reward_name_and_bad_reward_params(tmp_path):
+    def mutate(d):
+        d["eval"]["rewards"] = [{"name": "no_such_reward"}, {"name": "overlong_dapo", "params": {"colour": 1}}]
+    msg = refused(write_variant(tmp_path, mutate))
+    assert "eval.rewards[0].name: unknown reward 'no_such_reward'" in msg
+    assert "eval.rewards[1].params" in msg
+
+
 def test_unknown_profile():
     assert "profile 'huge' not found" in refused("smoke", profile="huge")
 
