@@ -118,6 +118,10 @@ def execute_stage(cache_key: str, plan: dict, parent_run_id: str) -> dict:
     except BaseException:
         tracking.end_run(child, ok=False)
         raise
+    # Weights stay on disk; the run records where, and their checksum, instead of a copy.
+    tracking.client().set_tag(child, "posttrain.output_dir", str(final))
+    for name, digest in result["fingerprints"].items():
+        tracking.client().set_tag(child, f"posttrain.{name}_sha256", digest)
     tracking.end_run(child, ok=True)
     update_progress_artifact(progress_id, 100.0)
     create_table_artifact([{"metric": k, "value": round(v, 6)} for k, v in sorted(result["metrics"].items())],

@@ -61,6 +61,8 @@ def test_mlflow_parent_and_nested_stage_runs(smoke_runs):
         names = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"eval_samples.json", "stage_config.json", "tokenizer"} <= names
         assert run.info.status == "FINISHED"
+        assert run.data.tags["posttrain.output_dir"] == stage["output_dir"]
+        assert len(run.data.tags["posttrain.model_sha256"]) == 64
     # cached stages still appear under the rerun's parent, pointing at the run that did the work
     for stage, original in zip(second["stages"], first["stages"]):
         run = client.get_run(stage["mlflow_run_id"])

@@ -184,7 +184,7 @@ def test_every_reward_works_from_a_non_main_thread():
     def call(name):
         try:
             params = {"language": "en"} if name == "language_consistency" else {}
-            answer = [json.dumps({"tests": ["assert 1"]})] if name == "code_exec" else (
+            answer = [json.dumps({"tests": ["assert 2 + 2 == 4"]})] if name == "code_exec" else (
                 [json.dumps([{"type": "lowercase"}])] if name == "ifeval_constraints" else columns["answer"])
             results[name] = get_reward(name, **params)(prompts=["p"], completions=["<think>add</think> \\boxed{4}"],
                                                        **{**columns, "answer": answer})
