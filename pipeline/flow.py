@@ -107,7 +107,7 @@ def execute_stage(cache_key: str, plan: dict, parent_run_id: str) -> dict:
 
     logger.info("stage %s (%s): output %s; log %s", plan["name"], plan["kind"], final, partial / "worker.log")
     try:
-        run_worker(partial / "spec.json", LaunchSpec(**plan["launcher"]), partial / "worker.log", env, on_progress, logger)
+        run_worker(partial / "spec.json", LaunchSpec(**plan["launcher"]), partial / "worker.log", env, on_progress)
         result = json.loads((partial / "result.json").read_text())
         result.update(name=plan["name"], kind=plan["kind"], cache_key=cache_key, mlflow_run_id=child,
                       output_dir=str(final),

@@ -9,7 +9,6 @@ log tail is put into the error the user sees.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import socket
@@ -65,8 +64,7 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 def run_worker(spec_path: Path, launch: LaunchSpec, log_path: Path, env: dict[str, str],
-               on_progress: Callable[[dict], None] | None = None,
-               logger: logging.Logger | None = None) -> None:
+               on_progress: Callable[[dict], None] | None = None) -> None:
     """Run the worker for `spec_path` to completion or raise StageFailed with its log tail."""
     spec = json.loads(spec_path.read_text())
     out_dir = Path(spec["output_dir"])

@@ -97,10 +97,6 @@ def models_dir() -> Path:
     return home() / "models"
 
 
-def named_model_ready(name: str) -> bool:
-    return (models_dir() / name / "posttrain_model.json").exists()
-
-
 def ensure_named_model(name: str) -> Path:
     """Build a named model once; later calls return the cached directory."""
     final = models_dir() / name

@@ -62,9 +62,6 @@ class ResolvedRecipe:
     source: Path
     overrides: list[str] = field(default_factory=list)
 
-    def stage(self, name: str):
-        return next(s for s in self.recipe.stages if s.name == name)
-
 
 def list_recipes() -> list[str]:
     return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
@@ -191,7 +188,7 @@ def _apply_overrides(data: dict, where: dict, overrides: list[str]) -> list[str]
 
 # ---------------------------------------------------------------- errors with YAML paths
 
-def _loc_path(loc: tuple, data: dict) -> tuple:
+def _loc_path(loc: tuple) -> tuple:
     """Drop pydantic's discriminator tag from a location: ('stages', 0, 'sft', 'x') -> ('stages', 0, 'x')."""
     out = list(loc)
     if len(out) >= 3 and out[0] == "stages" and isinstance(out[1], int) and out[2] in STAGE_CONFIGS:
@@ -216,7 +213,7 @@ def _where(loc: tuple, where: dict, default: str) -> str:
 def _pydantic_errors(e: ValidationError, data: dict, where: dict, default: str) -> list[str]:
     out = []
     for err in e.errors():
-        loc = _loc_path(err["loc"], data)
+        loc = _loc_path(err["loc"])
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = f"unknown field {loc[-1]!r}"

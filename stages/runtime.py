@@ -23,10 +23,6 @@ class StageContext:
         return int(os.environ.get("RANK", "0"))
 
     @property
-    def world_size(self) -> int:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-
-    @property
     def is_main(self) -> bool:
         return self.rank == 0
 

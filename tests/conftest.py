@@ -43,12 +43,16 @@ def tiny_model(home) -> Path:
     return ensure_named_model("tiny-qwen3")
 
 
-def run_cli(*args: str, env_home: Path | None = None, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
+def cli_env(home: Path | None = None) -> dict:
+    """The environment for a `posttrain` subprocess, pointed at `home` when given."""
     env = {**os.environ}
-    if env_home is not None:
-        env["POSTTRAIN_HOME"] = str(env_home)
-        env["PREFECT_HOME"] = str(env_home / "prefect")
-        env["PREFECT_LOCAL_STORAGE_PATH"] = str(env_home / "prefect" / "storage")
-        env["MLFLOW_TRACKING_URI"] = f"sqlite:///{env_home / 'mlflow.db'}"
-    return subprocess.run([POSTTRAIN, *args], cwd=REPO, env=env, capture_output=True, text=True,
+    if home is not None:
+        env.update(POSTTRAIN_HOME=str(home), PREFECT_HOME=str(home / "prefect"),
+                   PREFECT_LOCAL_STORAGE_PATH=str(home / "prefect" / "storage"),
+                   MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}")
+    return env
+
+
+def run_cli(*args: str, env_home: Path | None = None, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([POSTTRAIN, *args], cwd=REPO, env=cli_env(env_home), capture_output=True, text=True,
                           timeout=timeout, **kw)

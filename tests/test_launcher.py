@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.launcher import StageFailed, run_worker
 from stages.common import LaunchSpec
-from tests.conftest import POSTTRAIN, REPO, run_cli
+from tests.conftest import POSTTRAIN, REPO, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -70,12 +70,6 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
 
 
-def _cli_env(home: Path) -> dict:
-    return {**os.environ, "POSTTRAIN_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
-            "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
-            "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
-
-
 def _stage_dir(home: Path, stage: str, suffix: str = ".partial") -> Path | None:
     hits = list((home / "stages" / "smoke").glob(f"{stage}-*{suffix}"))
     return hits[0] if hits else None
@@ -84,7 +78,7 @@ def _stage_dir(home: Path, stage: str, suffix: str = ".partial") -> Path | None:
 def test_sigterm_to_the_flow_kills_the_stage_worker(tmp_path, tiny_model):
     home = tmp_path / "home"
     proc = subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=5000"],
-                            cwd=REPO, env=_cli_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=REPO, env=cli_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pid_file = _wait_for(lambda: (d := _stage_dir(home, "cold_start")) and (d / "worker.pid").exists() and d / "worker.pid",
                          240, "the worker to start")
     worker = int(pid_file.read_text())
@@ -98,7 +92,7 @@ def test_sigterm_to_the_flow_kills_the_stage_worker(tmp_path, tiny_model):
 def test_killed_stage_resumes_from_its_checkpoint_and_earlier_stages_are_cached(tmp_path, tiny_model):
     home = tmp_path / "home"
     args = ["run", "smoke", "--profile", "tiny", "--set", "stages.polish.max_steps=200", "--set", "stages.polish.save_steps=5"]
-    proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=_cli_env(home),
+    proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=cli_env(home),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = _wait_for(lambda: (d := _stage_dir(home, "polish")) and sorted((d / "checkpoints").glob("checkpoint-*")),
                      300, "polish's first checkpoint")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 from collections.abc import Callable, Iterator
 
 from data_curation.sources import synthetic_math
@@ -31,12 +30,6 @@ def source_fingerprint(source: str) -> str:
     module = inspect.getmodule(SOURCES[source])
     return hashlib.sha256(inspect.getsource(module).encode()).hexdigest()[:16]
 
-
-def rows_fingerprint(rows: list[dict]) -> str:
-    h = hashlib.sha256()
-    for row in rows:
-        h.update(json.dumps(row, sort_keys=True).encode())
-    return h.hexdigest()[:16]
 
 
 def check_data_spec(source: str, params: dict) -> list[tuple[tuple, str]]:
