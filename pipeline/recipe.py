@@ -23,6 +23,7 @@ from data_curation.sources import check_data_spec
 from stages.common import Strict
 from stages.evaluate import EvalSpec
 from stages.registry import STAGE_CONFIGS
+from stages.rewards import check_reward_specs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO_ROOT / "recipes"
@@ -263,11 +264,12 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
         if launcher.mode == "deepspeed" and not deepspeed_config_path(launcher.deepspeed_config).exists():
             add(loc + ("launcher", "deepspeed_config"),
                 f"no DeepSpeed config {launcher.deepspeed_config!r} (looked for {deepspeed_config_path(launcher.deepspeed_config)})")
+        for rel, msg in stage.semantic_errors():
+            add(loc + rel, msg)
         produced[stage.name] = stage.OUTPUTS
     if recipe.eval is not None:
-        for j, reward in enumerate(recipe.eval.rewards):
-            if msg := check_reward(reward.name, reward.params):
-                add(("eval", "rewards", j, "name" if "unknown reward" in msg else "params"), msg)
+        for rel, msg in check_reward_specs(recipe.eval.rewards):
+            add(("eval", "rewards") + rel, msg)
         spec = recipe.eval.data
         if spec.stage_ref:
             add(("eval", "data", "source"), "evaluation data must be a named source, not a stage output")
@@ -276,18 +278,6 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
     return errors
 
 
-def check_reward(name: str, params: dict) -> str | None:
-    import inspect
-
-    from stages.rewards import REWARDS
-
-    if name not in REWARDS:
-        return f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}"
-    try:
-        inspect.signature(REWARDS[name]).bind(**params)
-    except TypeError as e:
-        return f"reward {name}: {e}"
-    return None
 
 
 def deepspeed_config_path(name: str) -> Path:

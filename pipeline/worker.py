@@ -60,6 +60,8 @@ def log_to_mlflow(metrics: dict, table: list[dict] | None, spec: dict) -> None:
                          artifact_file="eval_samples.json")
     out = Path(spec["output_dir"])
     client.log_artifact(run_id, str(out / "stage_config.json"))
+    for name in spec.get("artifacts", []):  # plots and reports the stage wrote into its output dir
+        client.log_artifact(run_id, str(out / name))
     tokenizer_files = [p for p in (out / "model").glob("*") if p.name.startswith(("tokenizer", "chat_template", "special_tokens"))]
     for p in tokenizer_files:
         client.log_artifact(run_id, str(p), artifact_path="tokenizer")
@@ -90,7 +92,7 @@ def run_spec(spec: dict) -> dict | None:
                                        getattr(cfg, "trust_remote_code", False))
         result["metrics"].update(eval_metrics)
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
-    log_to_mlflow(result["metrics"], table, spec)
+    log_to_mlflow(result["metrics"], table, {**spec, "artifacts": result.get("artifacts", [])})
     write_json_atomic(ctx.output_dir / "result.json", result)
     return result
 

@@ -57,6 +57,8 @@ class RewardSpec(Strict):
     name: str
     weight: float = 1.0
     params: dict = Field(default_factory=dict)
+    start_step: int = Field(0, ge=0, description="RL only: the reward counts from this optimizer step on "
+                            "(Kimi k1.5 trains without its length reward first)")
 
 
 class LoraSpec(Strict):
@@ -75,6 +77,10 @@ class StageBase(Strict):
     OUTPUTS: ClassVar[tuple[str, ...]] = ()
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ()
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def semantic_errors(self) -> list[tuple[tuple, str]]:
+        """Checks beyond field types, run at validation before anything starts: (path, message)."""
+        return []
 
     def refs(self) -> list[tuple[str, str, str]]:
         """(field, reference, wanted output) for every input that names an earlier stage."""

@@ -7,7 +7,7 @@ settings (temperature 0.6, top-p 0.95) for pass@1 averaged over samples and pass
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from stages.common import DataSpec, RewardSpec, Strict
 
@@ -21,6 +21,16 @@ class EvalSpec(Strict):
     top_p: float = Field(0.95, gt=0, le=1)
     table_rows: int = Field(8, ge=0, description="sample generations logged as a table")
     rewards: list[RewardSpec] = Field(default_factory=list, description="rewards also scored on the greedy outputs")
+    template: str = Field("chat", description="prompt template (stages.templates): chat, r1_zero or a {prompt} string")
+
+    @field_validator("template")
+    @classmethod
+    def _known_template(cls, value: str) -> str:
+        from stages.templates import check_template
+
+        if msg := check_template(value):
+            raise ValueError(msg)
+        return value
 
 
 def score_rows(rows: list[dict], completions: list[str]) -> list[float | None]:
@@ -62,7 +72,9 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     from stages.rewards.format import is_well_formed, split_thinking
 
     model, tokenizer = load_for_generation(model_dir, trust_remote_code)
-    prompts = [r["prompt"] for r in rows]
+    from stages.templates import render_prompt
+
+    prompts = [render_prompt(spec.template, r) for r in rows]
     greedy = [c[0] for c in generate(model, tokenizer, prompts,
                                      SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size),
                                      progress=True)]
@@ -71,7 +83,8 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     n_tokens = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     metrics = {
         "eval/accuracy": _mean(scores),
-        "eval/format_rate": _mean([1.0 if is_well_formed(c) else 0.0 for c in greedy]),
+        "eval/format_rate": _mean([1.0 if is_well_formed(c, answer_tags=spec.template == "r1_zero") else 0.0
+                                   for c in greedy]),
         "eval/completion_tokens_mean": _mean([n_tokens(c) for c in greedy]),
         "eval/thinking_tokens_mean": _mean([n_tokens(t) for t in thinking if t is not None]),
         "eval/unjudged": float(sum(s is None for s in scores)),

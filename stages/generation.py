@@ -40,13 +40,15 @@ def _clean(text: str, tokenizer) -> str:
     return text.strip()
 
 
-def generate(model, tokenizer, prompts: list[list[dict]], spec: SamplingSpec,
+def generate(model, tokenizer, prompts: list[list[dict] | str], spec: SamplingSpec,
              progress: bool = False) -> list[list[str]]:
-    """Completions for each chat prompt: a list of `spec.n` strings per prompt."""
+    """Completions for each prompt: a list of `spec.n` strings per prompt. Chat prompts (lists of
+    messages) go through the chat template; plain strings (stages.templates) are used as they are."""
     import torch
     from tqdm import tqdm
 
-    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+             for p in prompts]
     sample = spec.temperature > 0
     gen_kwargs = dict(max_new_tokens=spec.max_new_tokens, do_sample=sample, pad_token_id=tokenizer.pad_token_id,
                       eos_token_id=tokenizer.eos_token_id, num_return_sequences=spec.n)

@@ -7,14 +7,17 @@ import importlib
 import inspect
 from pathlib import Path
 
+from stages.grpo import GRPOConfig
 from stages.sft import SFTConfig
 
-STAGE_CONFIGS = {"sft": SFTConfig}
-STAGE_MODULES = {"sft": "stages.sft"}
+STAGE_CONFIGS = {"sft": SFTConfig, "grpo": GRPOConfig}
+STAGE_MODULES = {"sft": "stages.sft", "grpo": "stages.grpo"}
 
 # Code every kind's output depends on besides its own module: the worker runtime, generation,
 # evaluation and rewards (eval metrics are part of a stage's result).
-SHARED_CODE = ["stages/runtime.py", "stages/generation.py", "stages/evaluate.py", "stages/rewards"]
+KIND_CODE = {"grpo": ["stages/grpo_trainer.py", "stages/rl_losses.py", "stages/prompt_sampler.py",
+                      "stages/rl_curves.py"]}
+SHARED_CODE = ["stages/templates.py", "stages/runtime.py", "stages/generation.py", "stages/evaluate.py", "stages/rewards"]
 
 
 def run_function(kind: str):
@@ -24,7 +27,7 @@ def run_function(kind: str):
 def code_version(kind: str) -> str:
     """Hash of the source a stage's output depends on; part of the cache key."""
     root = Path(__file__).resolve().parent.parent
-    files = [Path(inspect.getfile(STAGE_CONFIGS[kind]))]
+    files = [Path(inspect.getfile(STAGE_CONFIGS[kind]))] + [root / rel for rel in KIND_CODE.get(kind, [])]
     for rel in SHARED_CODE:
         p = root / rel
         files += sorted(p.rglob("*.py")) if p.is_dir() else [p]

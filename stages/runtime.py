@@ -86,7 +86,8 @@ def trainer_args(cfg, ctx: StageContext) -> dict:
 
     return dict(
         output_dir=str(ctx.checkpoint_dir), max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler, warmup_steps=cfg.warmup_ratio,  # <1 = share of steps weight_decay=cfg.weight_decay,
+        lr_scheduler_type=cfg.lr_scheduler, warmup_steps=cfg.warmup_ratio,  # < 1 means a share of steps
+        weight_decay=cfg.weight_decay,
         per_device_train_batch_size=cfg.per_device_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps, save_steps=cfg.save_steps,
         save_total_limit=2, logging_steps=cfg.logging_steps, seed=cfg.seed, bf16=cfg.bf16,

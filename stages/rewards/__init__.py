@@ -36,6 +36,28 @@ def get_reward(name: str, **params) -> RewardFn:
     return fn
 
 
+def check_reward(name: str, params: dict) -> str | None:
+    """None if `name(**params)` would build a reward, else the reason it would not."""
+    import inspect
+
+    if name not in REWARDS:
+        return f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}"
+    try:
+        inspect.signature(REWARDS[name]).bind(**params)
+    except TypeError as e:
+        return f"reward {name}: {e}"
+    return None
+
+
+def check_reward_specs(specs) -> list[tuple[tuple, str]]:
+    """(path under the list, message) for every RewardSpec that names no reward or has bad params."""
+    errors = []
+    for j, spec in enumerate(specs):
+        if msg := check_reward(spec.name, spec.params):
+            errors.append(((j, "name" if "unknown reward" in msg else "params"), msg))
+    return errors
+
+
 def completion_text(completion) -> str:
     """The assistant text of a completion given as a string or as chat messages."""
     if isinstance(completion, str):

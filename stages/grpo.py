@@ -1,0 +1,203 @@
+"""Stage kind `grpo`: reasoning RL with verifiable rewards on TRL's GRPOTrainer.
+
+`loss` picks the algorithm (formulas in ../shared/RECIPES.md, code in stages/rl_losses.py):
+- grpo: DeepSeekMath. Std-normalised group advantages, per-sequence token averaging, k3 KL (beta 0.04).
+- dr_grpo: no std division, a constant length normaliser, no KL.
+- dapo: token-level loss, clip-higher (0.2 / 0.28), no KL, dynamic sampling, truncated completions
+  masked out (or, with the `overlong_dapo` reward in `rewards`, the soft punishment instead).
+- kimi_mirror_descent: Kimi k1.5. Mean-baselined sequence log-likelihood gradient with a
+  (tau/2) squared log-ratio regulariser against the sampling policy, no clipping.
+Unset knobs (`beta`, `clip_high`, `dynamic_sampling`, `mask_truncated`) take the variant's paper value.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from stages.common import DataSpec, RewardSpec, StageBase, TrainingKnobs
+from stages.prompt_sampler import SamplerKind
+
+LossVariant = Literal["grpo", "dr_grpo", "dapo", "kimi_mirror_descent"]
+PAPER_DEFAULTS = {  # beta, clip_high (None = clip_low), dynamic sampling, mask truncated, std scaling
+    "grpo": (0.04, None, False, False, True),
+    "dr_grpo": (0.0, None, False, False, False),
+    "dapo": (0.0, 0.28, True, True, True),
+    "kimi_mirror_descent": (0.0, None, False, False, False),
+}
+
+
+class GRPOConfig(StageBase, TrainingKnobs):
+    kind: Literal["grpo"] = "grpo"
+    model: str = Field(description="policy to start from: alias, named model, path, hub id or `stage.model`")
+    data: DataSpec
+    rewards: list[RewardSpec] = Field(min_length=1, description="summed with their weights into the reward")
+    loss: LossVariant = "grpo"
+    beta: float | None = Field(None, ge=0, description="KL weight to the reference; None = the variant's value")
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    clip_high: float | None = Field(None, gt=0, description="None = clip_low (0.28 for dapo)")
+    tau: float = Field(0.1, gt=0, description="kimi_mirror_descent regulariser; not stated in the paper")
+    num_generations: int = Field(8, ge=2, description="group size G: completions per prompt")
+    num_iterations: int = Field(1, ge=1, description="updates per rollout batch (mu)")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_completion_length: int = Field(256, ge=1)
+    ref_reset_steps: int | None = Field(None, ge=1, description="copy the policy into the reference every N "
+                                        "steps (R1: 400); needs beta > 0")
+    dynamic_sampling: bool | None = None
+    dynamic_sampling_max_rounds: int = Field(4, ge=1, description="rollout rounds per step at most")
+    mask_truncated: bool | None = Field(None, description="drop truncated completions from the loss")
+    sampler: SamplerKind = "random"
+    difficulty_key: Literal["difficulty", "pass_rate"] = Field(
+        "difficulty", description="curriculum order: the difficulty label, or a measured pass rate (high = easy)")
+    success_reward: str | None = Field(None, description="reward whose value is a prompt's success (prioritized "
+                                       "sampling, accuracy metric); None = the first reward")
+    template: str = Field("chat", description="prompt template (stages.templates)")
+    rollout: Literal["hf", "vllm_colocate", "vllm_server"] = "hf"
+    learning_rate: float = Field(1e-6, gt=0)
+    lr_scheduler: str = "constant"
+    per_device_batch_size: int = Field(8, ge=1, description="completions per device per micro-step")
+
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("model",)
+    MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("model",)
+    DATA_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if (self.per_device_batch_size * self.gradient_accumulation_steps) % self.num_generations:
+            raise ValueError(f"per_device_batch_size x gradient_accumulation_steps "
+                             f"({self.per_device_batch_size} x {self.gradient_accumulation_steps}) must be a multiple "
+                             f"of num_generations ({self.num_generations}): each rank rolls out whole groups")
+        if self.ref_reset_steps and not self.effective("beta"):
+            raise ValueError("ref_reset_steps needs beta > 0: without a KL term there is no reference to reset")
+        if self.ref_reset_steps and self.lora is not None:
+            raise ValueError("ref_reset_steps is not supported with LoRA (TRL cannot sync a PEFT reference)")
+        return self
+
+    def effective(self, knob: str):
+        """The value a knob takes: the recipe's, or the loss variant's paper value when unset."""
+        beta, clip_high, dynamic, mask, scale = PAPER_DEFAULTS[self.loss]
+        defaults = {"beta": beta, "clip_high": clip_high or self.clip_low, "dynamic_sampling": dynamic,
+                    "mask_truncated": mask, "scale_rewards": scale}
+        value = getattr(self, knob, None)
+        return defaults[knob] if value is None else value
+
+    def semantic_errors(self) -> list[tuple[tuple, str]]:
+        from stages.rewards import check_reward_specs
+        from stages.templates import check_template
+
+        errors = [(("rewards",) + rel, msg) for rel, msg in check_reward_specs(self.rewards)]
+        names = [r.name for r in self.rewards]
+        if self.success_reward and self.success_reward not in names:
+            errors.append((("success_reward",), f"{self.success_reward!r} is not one of this stage's rewards {names}"))
+        if msg := check_template(self.template):
+            errors.append((("template",), msg))
+        if self.rollout != "hf":
+            errors += [(("rollout",), msg) for msg in vllm_unavailable()]
+        return errors
+
+
+def vllm_unavailable() -> list[str]:
+    import importlib.util
+
+    import torch
+
+    problems = []
+    if importlib.util.find_spec("vllm") is None:
+        problems.append("vLLM rollouts need the [vllm] extra: pip install 'posttrain[vllm]'")
+    if not torch.cuda.is_available():
+        problems.append("vLLM rollouts need a GPU; use rollout: hf on CPU")
+    return problems
+
+
+def scheduled_reward(spec: RewardSpec):
+    """The registry reward, returning 0 before `spec.start_step` (TRL passes the trainer state)."""
+    from stages.rewards import get_reward
+
+    fn = get_reward(spec.name, **spec.params)
+    if not spec.start_step:
+        return fn
+
+    def reward(*args, trainer_state=None, **kwargs):
+        if trainer_state is not None and trainer_state.global_step < spec.start_step:
+            return [0.0] * len(kwargs["completions"])
+        return fn(*args, **kwargs)
+    reward.__name__ = spec.name
+    return reward
+
+
+def trl_config(cfg: GRPOConfig, ctx):
+    from trl import GRPOConfig as TRLGRPOConfig
+
+    from stages.runtime import trainer_args
+
+    vllm = {} if cfg.rollout == "hf" else {"use_vllm": True, "vllm_mode": cfg.rollout.removeprefix("vllm_")}
+    beta = cfg.effective("beta")
+    return TRLGRPOConfig(
+        **trainer_args(cfg, ctx), **vllm,
+        # kimi_mirror_descent replaces TRL's loss (stages.grpo_trainer); "grpo" only keeps TRL's checks happy
+        loss_type=cfg.loss if cfg.loss != "kimi_mirror_descent" else "grpo",
+        scale_rewards="group" if cfg.effective("scale_rewards") else "none",
+        beta=beta, epsilon=cfg.clip_low, epsilon_high=cfg.effective("clip_high"),
+        mask_truncated_completions=cfg.effective("mask_truncated"),
+        num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
+        temperature=cfg.temperature, top_p=cfg.top_p, max_completion_length=cfg.max_completion_length,
+        reward_weights=[r.weight for r in cfg.rewards],
+        sync_ref_model=bool(cfg.ref_reset_steps), ref_model_mixup_alpha=1.0,  # alpha 1 = a hard reset
+        ref_model_sync_steps=cfg.ref_reset_steps or 512,
+        model_init_kwargs={"trust_remote_code": cfg.trust_remote_code}, log_completions=False,
+    )
+
+
+def run(cfg: GRPOConfig, ctx) -> dict:
+    import json
+    from pathlib import Path
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from stages.grpo_trainer import SAMPLER_STATE, PosttrainGRPOTrainer, RLOptions
+    from stages.prompt_sampler import PromptSampler
+    from stages.rl_curves import curve_metrics, plot_curves
+    from stages.runtime import (last_checkpoint, load_stage_rows, lora_config, progress_callback, save_model,
+                                train_metrics)
+    from stages.templates import render_prompt
+
+    model_dir = ctx.input("model")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=cfg.trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    rows = load_stage_rows(ctx.input("data"))
+    dataset = Dataset.from_list([{"prompt": render_prompt(cfg.template, r), "answer": r["answer"],
+                                  "language": r["language"], "_index": i} for i, r in enumerate(rows)])
+    sampler = PromptSampler(cfg.sampler, len(rows), seed=cfg.seed, difficulty=difficulty_order(cfg, rows))
+    names = [r.name for r in cfg.rewards]
+    rl = RLOptions(sampler=sampler, success_reward=names.index(cfg.success_reward or names[0]), loss=cfg.loss,
+                   tau=cfg.tau, dynamic_sampling=cfg.effective("dynamic_sampling"),
+                   max_rounds=cfg.dynamic_sampling_max_rounds)
+    trainer = PosttrainGRPOTrainer(model=model_dir, args=trl_config(cfg, ctx), train_dataset=dataset,
+                                   reward_funcs=[scheduled_reward(r) for r in cfg.rewards], processing_class=tokenizer,
+                                   peft_config=lora_config(cfg), callbacks=[progress_callback(ctx)], rl=rl)
+    resume = last_checkpoint(ctx)
+    if resume and (Path(resume) / SAMPLER_STATE).exists():
+        sampler.load_state_dict(json.loads((Path(resume) / SAMPLER_STATE).read_text()))
+    trainer.train(resume_from_checkpoint=resume)
+    save_model(trainer, tokenizer, ctx)
+    metrics = {**train_metrics(trainer, resume), "train/prompts": float(len(rows)),
+               **curve_metrics(trainer.state.log_history)}
+    artifacts = []
+    if ctx.is_main and plot_curves(trainer.state.log_history, ctx.output_dir / "rl_curves.png"):
+        artifacts.append("rl_curves.png")
+    return {"outputs": {"model": "model"}, "metrics": metrics, "artifacts": artifacts}
+
+
+def difficulty_order(cfg: GRPOConfig, rows: list[dict]) -> list[float] | None:
+    """Curriculum sort keys, low = easy: the difficulty label, or 1 - pass rate when measured."""
+    if cfg.sampler != "curriculum":
+        return None
+    key = cfg.difficulty_key
+    missing = [r["id"] for r in rows if r.get(key) is None]
+    if missing:
+        raise ValueError(f"curriculum by {key!r} needs it on every row; {len(missing)} rows lack it, e.g. {missing[:3]}")
+    return [float(r[key]) if key == "difficulty" else 1.0 - float(r[key]) for r in rows]

@@ -1,0 +1,53 @@
+"""What an RL stage's log history says at a glance: first-fifth vs last-fifth means, and a plot of
+reward, accuracy and completion length per step (logged to the stage's MLflow run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CURVES = {"reward": "reward", "accuracy": "accuracy", "length": "completions/mean_length"}
+
+
+def series(log_history: list[dict], key: str) -> tuple[list[int], list[float]]:
+    points = [(h["step"], float(h[key])) for h in log_history if key in h and "step" in h]
+    return [s for s, _ in points], [v for _, v in points]
+
+
+def fifths(values: list[float]) -> tuple[float, float] | None:
+    """Means of the first and the last fifth of a curve (at least one point each)."""
+    if len(values) < 2:
+        return None
+    k = max(1, len(values) // 5)
+    return sum(values[:k]) / k, sum(values[-k:]) / k
+
+
+def curve_metrics(log_history: list[dict]) -> dict[str, float]:
+    out = {}
+    for name, key in CURVES.items():
+        if (f := fifths(series(log_history, key)[1])) is not None:
+            out[f"train/{name}_first_fifth"], out[f"train/{name}_last_fifth"] = f
+    return out
+
+
+def plot_curves(log_history: list[dict], path: Path) -> bool:
+    """Write the curves as a PNG; False when there is nothing to plot."""
+    present = {name: series(log_history, key) for name, key in CURVES.items()}
+    present = {name: xy for name, xy in present.items() if xy[0]}
+    if not present:
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(present), figsize=(4.5 * len(present), 3.2), squeeze=False)
+    for ax, (name, (steps, values)) in zip(axes[0], present.items()):
+        ax.plot(steps, values, marker=".", linewidth=1)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return True

@@ -1,0 +1,32 @@
+"""Prompt templates: how a row's question becomes the model's input.
+
+`chat` (the default) feeds the row's messages through the model's chat template. `r1_zero` is
+DeepSeek-R1-Zero's plain-text template (R1 paper v1, Table 1), for RL straight from a base model.
+Any other string containing `{prompt}` is a custom plain-text template.
+"""
+
+from __future__ import annotations
+
+from data_curation.schema import question_text
+
+R1_ZERO = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+    "The assistant first thinks about the reasoning process in the mind and then provides the user with "
+    "the answer. The reasoning process and answer are enclosed within <think> </think> and <answer> "
+    "</answer> tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here "
+    "</answer>. User: {prompt}. Assistant:"
+)
+TEMPLATES = {"r1_zero": R1_ZERO}
+
+
+def check_template(template: str) -> str | None:
+    if template == "chat" or template in TEMPLATES or "{prompt}" in template:
+        return None
+    return f"unknown template {template!r}: use chat, {', '.join(TEMPLATES)}, or a string containing {{prompt}}"
+
+
+def render_prompt(template: str, row: dict) -> list[dict] | str:
+    """Chat messages for `chat`; otherwise the filled-in text (no chat template is applied to it)."""
+    if template == "chat":
+        return row["prompt"]
+    return TEMPLATES.get(template, template).replace("{prompt}", question_text(row))
