@@ -8,6 +8,7 @@ into $POSTTRAIN_HOME/models/<name>/ with a `posttrain_model.json` holding their 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -26,7 +27,10 @@ CHAT_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
 )
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# As in Qwen3: single tokens, but not "special", so decoding with skip_special_tokens (as TRL's
+# rollouts do) keeps the reasoning tags that format rewards look for.
+THINK_TOKENS = ["<think>", "</think>"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class NamedModel:
     name: str
     description: str
     build: Callable[[Path], None]
+    revision: int = 1  # bump when the build changes; cached builds of older revisions are rebuilt
 
 
 def _tokenizer_corpus() -> list[str]:
@@ -51,7 +56,7 @@ def _tokenizer_corpus() -> list[str]:
 
 
 def build_tiny_tokenizer(vocab_size: int = 640):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -60,6 +65,7 @@ def build_tiny_tokenizer(vocab_size: int = 640):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(_tokenizer_corpus(), trainer=trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token=None, unk_token=None)
     fast.chat_template = CHAT_TEMPLATE
@@ -88,7 +94,7 @@ def build_tiny_qwen3(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0
 NAMED_MODELS: dict[str, NamedModel] = {
     m.name: m for m in [
         NamedModel("tiny-qwen3", "random 2-layer Qwen3 (64 wide) with a BPE tokenizer trained on "
-                   "synthetic_math; for tests", build_tiny_qwen3),
+                   "synthetic_math; for tests", build_tiny_qwen3, revision=2),
     ]
 }
 
@@ -100,23 +106,28 @@ def models_dir() -> Path:
 def ensure_named_model(name: str) -> Path:
     """Build a named model once; later calls return the cached directory."""
     final = models_dir() / name
-    if (final / "posttrain_model.json").exists():
+    if _built_revision(final) == NAMED_MODELS[name].revision:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}."))
     try:
         NAMED_MODELS[name].build(tmp)
         write_json_atomic(tmp / "posttrain_model.json",
-                          {"name": name, "sha256": dir_fingerprint(tmp)})
+                          {"name": name, "revision": NAMED_MODELS[name].revision, "sha256": dir_fingerprint(tmp)})
         if final.exists():  # a half-built leftover from an older crash has no marker; replace it
             shutil.rmtree(final)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if (final / "posttrain_model.json").exists():  # another process won the race
+        if _built_revision(final) == NAMED_MODELS[name].revision:  # another process won the race
             return final
         raise
     return final
+
+
+def _built_revision(model_dir: Path) -> int | None:
+    marker = model_dir / "posttrain_model.json"
+    return json.loads(marker.read_text()).get("revision", 1) if marker.exists() else None
 
 
 def looks_like_hub_id(ref: str) -> bool:
@@ -151,7 +162,6 @@ def resolve_model(ref: str) -> str:
 
 def model_fingerprint(ref: str) -> str:
     if ref in NAMED_MODELS:
-        import json
         return json.loads((ensure_named_model(ref) / "posttrain_model.json").read_text())["sha256"]
     path = Path(ref).expanduser()
     if path.exists():

@@ -139,7 +139,8 @@ def trl_config(cfg: GRPOConfig, ctx):
         # kimi_mirror_descent replaces TRL's loss (stages.grpo_trainer); "grpo" only keeps TRL's checks happy
         loss_type=cfg.loss if cfg.loss != "kimi_mirror_descent" else "grpo",
         scale_rewards="group" if cfg.effective("scale_rewards") else "none",
-        beta=beta, epsilon=cfg.clip_low, epsilon_high=cfg.effective("clip_high"),
+        # DeepSeekMath's plain k3 (TRL would also weight it by pi/pi_old, which differs once mu > 1)
+        beta=beta, use_bias_correction_kl=False, epsilon=cfg.clip_low, epsilon_high=cfg.effective("clip_high"),
         mask_truncated_completions=cfg.effective("mask_truncated"),
         num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
         temperature=cfg.temperature, top_p=cfg.top_p, max_completion_length=cfg.max_completion_length,

@@ -1,0 +1,134 @@
+"""The grpo stage with real TRL on the tiny model: dynamic sampling refills groups, the sampler's
+state resumes from checkpoints, bad RL configs are refused up front, and r1_zero runs end to end
+with per-step reward metrics in MLflow."""
+
+import json
+import shutil
+import zlib
+
+import pytest
+
+from pipeline.recipe import RecipeError, load_recipe
+from stages.grpo import GRPOConfig
+from tests.conftest import run_cli
+
+
+def _varied_unless_easy(completions, _index, **_):
+    """Prompts 0-3 always score 1 (a zero-variance group); others score by a hash of the text."""
+    return [1.0 if i < 4 else (zlib.crc32(str(c).encode()) % 1000) / 1000 for c, i in zip(completions, _index)]
+
+
+def _trainer(tiny_model, tmp_path, reward, max_rounds=4):
+    from datasets import Dataset
+
+    from stages.grpo import trl_config
+    from stages.grpo_trainer import PosttrainGRPOTrainer, RLOptions
+    from stages.prompt_sampler import PromptSampler
+    from stages.runtime import StageContext
+
+    cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", loss="dapo", rewards=[{"name": "format_think"}],
+                     num_generations=2, per_device_batch_size=4, max_completion_length=6)
+    rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "_index": i} for i in range(8)]
+    # curriculum over these difficulties: the first two batches hold only the always-solved prompts
+    sampler = PromptSampler("curriculum", 8, difficulty=[0, 0, 0, 0, 1, 1, 1, 1])
+    rl = RLOptions(sampler=sampler, success_reward=0, loss="dapo", dynamic_sampling=True, max_rounds=max_rounds)
+    trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, StageContext({}, tmp_path)),
+                                   train_dataset=Dataset.from_list(rows), reward_funcs=[reward], rl=rl)
+    trainer.model.train()
+    return trainer
+
+
+def test_dynamic_sampling_drops_zero_variance_groups_and_refills(tiny_model, tmp_path):
+    trainer = _trainer(tiny_model, tmp_path, _varied_unless_easy)
+    batch = trainer._generate_and_score_completions([{}] * 4)  # one local rollout batch: 2 prompts x 2
+    assert batch["completion_ids"].shape[0] == 4 and batch["advantages"].shape == (4,)
+    groups = batch["advantages"].view(2, 2)
+    assert (groups.abs().sum(dim=1) > 0).all()  # both groups carry a gradient
+    assert trainer._metrics["train"]["dynamic_sampling/rounds"][-1] == 3.0  # 2 useless rounds, then a full one
+    assert trainer._metrics["train"]["dynamic_sampling/informative_frac"][-1] == 1.0
+    assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
+    assert trainer.rl.sampler.attempts.sum() == 12  # 3 rounds x 2 prompts x 2 completions recorded
+
+
+def test_dynamic_sampling_gives_up_after_max_rounds(tiny_model, tmp_path):
+    def constant(completions, **_):
+        return [0.5] * len(completions)
+    trainer = _trainer(tiny_model, tmp_path, constant, max_rounds=2)
+    batch = trainer._generate_and_score_completions([{}] * 4)
+    assert batch["completion_ids"].shape[0] == 4  # still a full batch, of groups that contribute nothing
+    assert batch["advantages"].abs().max().item() == 0.0
+    assert trainer._metrics["train"]["dynamic_sampling/rounds"][-1] == 2.0
+    assert trainer._metrics["train"]["dynamic_sampling/informative_frac"][-1] == 0.0
+
+
+def _run_stage(cfg, tiny_model, out):
+    from stages.grpo import run
+    from stages.runtime import StageContext
+
+    out.mkdir(parents=True, exist_ok=True)
+    spec = {"inputs": {"model": str(tiny_model),
+                       "data": {"source": "synthetic_math", "split": "train", "n": 12, "seed": 0, "params": {}}}}
+    return run(cfg, StageContext(spec, out))
+
+
+def test_prioritized_sampler_resumes_its_schedule_from_a_checkpoint(tiny_model, tmp_path):
+    cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", rewards=[{"name": "accuracy_math"}],
+                     sampler="prioritized", num_generations=2, per_device_batch_size=4, max_completion_length=6,
+                     max_steps=4, save_steps=2, learning_rate=1e-4, evaluate=False)
+    first = tmp_path / "uninterrupted"
+    result = _run_stage(cfg, tiny_model, first)
+    assert result["metrics"]["train/global_step"] == 4.0
+    assert (first / "rl_curves.png").stat().st_size > 0
+    resumed = tmp_path / "resumed"
+    (resumed / "checkpoints").mkdir(parents=True)
+    shutil.copytree(first / "checkpoints" / "checkpoint-2", resumed / "checkpoints" / "checkpoint-2")
+    result = _run_stage(cfg, tiny_model, resumed)
+    assert result["metrics"]["train/resumed_from_step"] == 2.0
+    state = lambda d: json.loads((d / "checkpoints" / "checkpoint-4" / "sampler_state.json").read_text())  # noqa: E731
+    a, b = state(first), state(resumed)
+    assert sum(a["attempts"]) == 4 * 2 * 2  # 4 steps x 2 prompts x 2 completions
+    assert a == b  # same draws, same success table, same RNG position as the run that never stopped
+
+
+@pytest.mark.parametrize("override,where,message", [
+    ("stages.zero_rl.success_reward=nope", "stages[0].success_reward", "not one of this stage's rewards"),
+    ("stages.zero_rl.rollout=vllm_colocate", "stages[0].rollout", "vLLM"),
+    ("stages.zero_rl.template=plain", "stages[0].template", "unknown template"),
+    ("stages.zero_rl.num_generations=3", "stages[0]", "multiple of num_generations"),
+    ("stages.zero_rl.rewards=[{name: accuracy_mth}]", "stages[0].rewards[0].name", "unknown reward"),
+    ("stages.zero_rl.ref_reset_steps=5", "stages[0]", "needs beta > 0"),
+])
+def test_bad_rl_config_is_refused_with_its_path(override, where, message):
+    sets = [override] + (["stages.zero_rl.beta=0"] if "ref_reset" in override else [])
+    with pytest.raises(RecipeError) as e:
+        load_recipe("r1_zero", "tiny", sets)
+    assert where in str(e.value) and message in str(e.value)
+
+
+def test_paper_defaults_per_variant():
+    base = dict(name="rl", model="m", data="synthetic_math", rewards=[{"name": "accuracy_math"}])
+    dapo = GRPOConfig(**base, loss="dapo")
+    assert (dapo.effective("beta"), dapo.effective("clip_high"), dapo.effective("dynamic_sampling"),
+            dapo.effective("mask_truncated")) == (0.0, 0.28, True, True)
+    grpo = GRPOConfig(**base, loss="grpo")
+    assert (grpo.effective("beta"), grpo.effective("clip_high"), grpo.effective("scale_rewards")) == (0.04, 0.2, True)
+    assert GRPOConfig(**base, loss="dr_grpo").effective("scale_rewards") is False
+    assert GRPOConfig(**base, loss="dapo", dynamic_sampling=False).effective("dynamic_sampling") is False
+
+
+def test_r1_zero_end_to_end_logs_reward_curves(tmp_path):
+    import mlflow
+
+    home = tmp_path / "home"
+    proc = run_cli("run", "r1_zero", "--profile", "tiny", env_home=home, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    runs = client.search_runs(client.get_experiment_by_name("posttrain/r1_zero").experiment_id,
+                              "tags.`posttrain.stage` = 'zero_rl'")
+    assert len(runs) == 1
+    run_id = runs[0].info.run_id
+    for key in ("reward", "rewards/accuracy_math/mean", "rewards/format_think/mean", "completions/mean_length",
+                "kl", "entropy", "frac_reward_zero_std", "rollout/tokens_per_s", "train/tokens_per_s", "accuracy"):
+        assert len(client.get_metric_history(run_id, key)) == 6, key  # one point per step (tiny: 6 steps)
+    assert "eval/accuracy" in runs[0].data.metrics
+    assert "rl_curves.png" in [a.path for a in client.list_artifacts(run_id)]

@@ -1,0 +1,143 @@
+"""The GRPO family on hand-made batches: advantages and losses against numbers worked out by hand,
+then TRL's trainer (as stages.grpo configures it) against the same formulas."""
+
+import math
+
+import pytest
+import torch
+
+from stages.rl_losses import (group_advantages, k3_kl, kimi_mirror_descent_loss, policy_loss,
+                              zero_variance_groups)
+
+# Two sequences of up to 3 completion tokens; the first has one padding token.
+MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+ZEROS = torch.zeros(2, 3)
+
+
+def test_group_advantages_grpo_and_dr_grpo():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    # group 1: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735; group 2: all equal -> 0
+    a = group_advantages(rewards, 4, scale=True)
+    expected = 0.5 / (math.sqrt(1 / 3) + 1e-4)
+    assert a[:4].tolist() == pytest.approx([expected, -expected, -expected, expected], abs=1e-5)
+    assert a[4:].tolist() == [0.0] * 4
+    assert group_advantages(rewards, 4, scale=False).tolist() == [0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0]
+    assert zero_variance_groups(a, 4).tolist() == [False, True]
+
+
+def test_token_averaging_differs_by_variant():
+    # ratio 1 everywhere, so each token's loss is -A: sequence 1 tokens -1 (2 real), sequence 2 +0.5 (3 real)
+    adv = torch.tensor([1.0, -0.5])
+    assert policy_loss("grpo", ZEROS, ZEROS, adv, MASK).item() == pytest.approx((-1.0 + 0.5) / 2)
+    assert policy_loss("dapo", ZEROS, ZEROS, adv, MASK).item() == pytest.approx((-2.0 + 1.5) / 5)
+    dr = policy_loss("dr_grpo", ZEROS, ZEROS, adv, MASK, max_completion_length=4)
+    assert dr.item() == pytest.approx((-2.0 + 1.5) / (2 * 4))
+
+
+def test_clipping_low_and_high():
+    logps = torch.tensor([[0.5, 0.0, 0.0], [-0.5, 0.0, 0.0]])  # ratios e^0.5 = 1.6487 and e^-0.5 = 0.6065
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    adv = torch.tensor([1.0, -1.0])
+    # seq 1: -min(1.6487, 1.2) = -1.2; seq 2: -min(-0.6065, -0.8) = 0.8
+    assert policy_loss("grpo", logps, ZEROS, adv, mask).item() == pytest.approx((-1.2 + 0.8) / 2)
+    # clip-higher (DAPO): the upper bound moves to 1.28, the lower stays at 0.8
+    assert policy_loss("dapo", logps, ZEROS, adv, mask, eps_high=0.28).item() == pytest.approx((-1.28 + 0.8) / 2)
+
+
+def test_k3_kl_value_and_its_place_in_the_loss():
+    ref = torch.full((2, 3), math.log(0.5))
+    # pi_ref/pi = 0.5: 0.5 - log 0.5 - 1 = 0.19315
+    assert k3_kl(ZEROS, ref)[0, 0].item() == pytest.approx(0.5 + math.log(2) - 1)
+    assert k3_kl(ZEROS, ZEROS).abs().max().item() == 0.0
+    with_kl = policy_loss("grpo", ZEROS, ZEROS, torch.zeros(2), MASK, beta=0.04, ref_logps=ref)
+    assert with_kl.item() == pytest.approx(0.04 * (0.5 + math.log(2) - 1))
+
+
+def test_kimi_mirror_descent_value():
+    logps = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -0.5, -1.0]])
+    old = torch.tensor([[-1.5, -2.0, 0.0], [-0.5, -1.0, -1.0]])
+    adv = torch.tensor([0.5, -0.5])
+    # sequence log-probs: -3 (padding excluded) and -2; log ratios 0.5 and 0.5
+    # L = mean(-0.5 * -3 + 0.5 * tau * 0.25, 0.5 * -2 + 0.5 * tau * 0.25), tau = 2
+    expected = ((1.5 + 0.25) + (-1.0 + 0.25)) / 2
+    assert kimi_mirror_descent_loss(logps, old, adv, MASK, tau=2.0).item() == pytest.approx(expected)
+
+
+def test_kimi_gradient_is_the_papers_on_policy():
+    # With pi = pi_old the regulariser's gradient vanishes: dL/dlogp_t = -(r - mean r) / k per real token.
+    logps = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -1.0]], requires_grad=True)
+    adv = torch.tensor([0.5, -0.5])
+    kimi_mirror_descent_loss(logps, logps.detach(), adv, MASK, tau=1.0).backward()
+    assert logps.grad.tolist() == [[-0.25, -0.25, 0.0], [0.25, 0.25, 0.25]]
+
+
+def test_unknown_variant_and_missing_constant_are_refused():
+    with pytest.raises(ValueError, match="unknown"):
+        policy_loss("ppo", ZEROS, ZEROS, torch.zeros(2), MASK)
+    with pytest.raises(ValueError, match="max_completion_length"):
+        policy_loss("dr_grpo", ZEROS, ZEROS, torch.zeros(2), MASK)
+
+
+# ---- TRL, configured by stages.grpo, computes what the formulas say -------------------------------
+
+def _trainer(tiny_model, tmp_path, loss: str):
+    from datasets import Dataset
+
+    from stages.grpo import GRPOConfig, trl_config
+    from stages.grpo_trainer import PosttrainGRPOTrainer, RLOptions
+    from stages.prompt_sampler import PromptSampler
+    from stages.rewards import get_reward
+    from stages.runtime import StageContext
+
+    cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", loss=loss, rewards=[{"name": "format_think"}],
+                     num_generations=2, per_device_batch_size=4, max_completion_length=8, beta=0.05)
+    ctx = StageContext(spec={}, output_dir=tmp_path)
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}], "_index": 0}])
+    rl = RLOptions(sampler=PromptSampler("random", 1), success_reward=0, loss=loss, tau=0.3)
+    trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, ctx), train_dataset=data,
+                                   reward_funcs=[get_reward("format_think")], rl=rl)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer, cfg
+
+
+def _batch(trainer):
+    g = torch.Generator().manual_seed(0)
+    prompt_ids = torch.randint(5, 300, (4, 5), generator=g)
+    completion_ids = torch.randint(5, 300, (4, 8), generator=g)
+    completion_mask = torch.ones(4, 8)
+    completion_mask[0, 5:] = 0
+    completion_mask[2, 3:] = 0
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([prompt_ids, completion_ids], 1),
+            torch.cat([torch.ones(4, 5), completion_mask], 1), 8)
+    noise = lambda scale: torch.randn(4, 8, generator=g) * scale  # noqa: E731
+    return logps, {"prompt_ids": prompt_ids, "prompt_mask": torch.ones(4, 5), "completion_ids": completion_ids,
+                   "completion_mask": completion_mask, "advantages": torch.tensor([1.0, -1.0, 0.7, -0.7]),
+                   "old_per_token_logps": logps + noise(0.3),  # ratios far enough from 1 to clip
+                   "ref_per_token_logps": logps + noise(0.2), "num_items_in_batch": completion_mask.sum()}
+
+
+@pytest.mark.parametrize("loss", ["grpo", "dr_grpo", "dapo"])
+def test_trl_loss_matches_the_formula(tiny_model, tmp_path, loss):
+    trainer, cfg = _trainer(tiny_model, tmp_path, loss)
+    logps, inputs = _batch(trainer)
+    with torch.no_grad():
+        got = trainer._compute_loss(trainer.model, inputs).item()
+    want = policy_loss(loss, logps, inputs["old_per_token_logps"], inputs["advantages"], inputs["completion_mask"],
+                       eps_low=cfg.clip_low, eps_high=cfg.effective("clip_high"), beta=cfg.effective("beta"),
+                       ref_logps=inputs["ref_per_token_logps"], max_completion_length=cfg.max_completion_length)
+    assert got == pytest.approx(want.item(), rel=1e-4, abs=1e-6)
+    assert trainer._metrics["train"]["clip_ratio/region_mean"][-1] > 0  # the batch exercised clipping
+
+
+def test_kimi_loss_runs_in_the_trainer(tiny_model, tmp_path):
+    trainer, cfg = _trainer(tiny_model, tmp_path, "kimi_mirror_descent")
+    logps, inputs = _batch(trainer)
+    with torch.no_grad():
+        got = trainer._compute_loss(trainer.model, inputs).item()
+    want = kimi_mirror_descent_loss(logps, inputs["old_per_token_logps"], inputs["advantages"],
+                                    inputs["completion_mask"], tau=0.3, beta=0.05, ref_logps=inputs["ref_per_token_logps"])
+    assert got == pytest.approx(want.item(), rel=1e-4)
+    assert cfg.effective("scale_rewards") is False  # mean baseline only, as in the paper
