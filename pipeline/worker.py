@@ -84,6 +84,7 @@ def run_spec(spec: dict) -> dict | None:
     if not ctx.is_main:
         return None
     result["metrics"]["train/seconds"] = time.time() - started
+    result["metrics"].update(ctx.metrics)
     table = None
     if spec.get("eval") and cfg.evaluate and "model" in result["outputs"]:
         eval_spec = EvalSpec.model_validate(spec["eval"])

@@ -34,18 +34,27 @@ class LaunchSpec(Strict):
 
 
 class DataSpec(Strict):
-    """A dataset input: a named source (`synthetic_math`) or an earlier stage's output
-    (`filter_stage.dataset`)."""
+    """A dataset input: a named source (`synthetic_math`), a local file (`{path: x.jsonl, columns:
+    {question: problem}}`), or an earlier stage's output (`filter_stage.dataset`)."""
     source: str
-    split: Literal["train", "eval"] = "train"
+    split: Literal["train", "eval", "all"] = "train"
     n: int | None = Field(None, ge=1, description="number of rows; None = the source's default")
     seed: int = 0
     params: dict = Field(default_factory=dict, description="source-specific options")
+    on_bad_rows: Literal["fail", "skip"] = Field("fail", description="skip (and count) rows that break the "
+                                                 "schema instead of failing")
 
     @model_validator(mode="before")
     @classmethod
-    def _from_string(cls, value):
-        return {"source": value} if isinstance(value, str) else value
+    def _shorthands(cls, value):
+        if isinstance(value, str):
+            return {"source": value}
+        if isinstance(value, dict) and "path" in value:  # a local file: path/columns/verifier are its params
+            value = dict(value)
+            params = {k: value.pop(k) for k in ("path", "columns", "verifier") if k in value}
+            value["source"] = value.get("source", "file")
+            value["params"] = {**params, **value.get("params", {})}
+        return value
 
     @property
     def stage_ref(self) -> str | None:

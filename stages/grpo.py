@@ -169,7 +169,7 @@ def run(cfg: GRPOConfig, ctx) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=cfg.trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    rows = load_stage_rows(ctx.input("data"))
+    rows = load_stage_rows(ctx.input("data"), ctx)
     dataset = Dataset.from_list([{"prompt": render_prompt(cfg.template, r), "answer": r["answer"],
                                   "language": r["language"], "_index": i} for i, r in enumerate(rows)])
     sampler = PromptSampler(cfg.sampler, len(rows), seed=cfg.seed, difficulty=difficulty_order(cfg, rows))

