@@ -62,8 +62,11 @@ def build_smollm2(out: Path) -> None:
     gguf = smollm2_gguf()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):  # the weights are dequantized: a plain, trainable model
+        delattr(config, "quantization_config")
     torch.manual_seed(0)  # every weight is overwritten below; the seed only pins what init touches
-    fresh = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     fresh.load_state_dict(loaded.state_dict(), strict=True)
     tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
     if tokenizer.pad_token is None:

@@ -24,6 +24,7 @@ def test_conversion_is_deterministic(smollm2, tmp_path):
     build_smollm2(tmp_path)
     assert dir_fingerprint(tmp_path) == recorded  # same weights, bit for bit, on a second conversion
     assert model_status("smollm2-135m-instruct") == "ready"
+    assert "quantization_config" not in json.loads((smollm2 / "config.json").read_text())  # trainable
 
 
 def test_converted_model_answers_a_sum_greedily(smollm2, home):

@@ -122,3 +122,32 @@ def test_recipe_data_path_shorthand(tmp_path):
     spec = DataSpec.model_validate({"path": "x.jsonl", "columns": {"question": "q"}, "on_bad_rows": "skip"})
     assert spec.source == "file" and spec.params == {"path": "x.jsonl", "columns": {"question": "q"}}
     assert spec.on_bad_rows == "skip" and spec.stage_ref is None
+
+
+def test_skipped_rows_are_counted_in_the_stage_run(tmp_path):
+    import mlflow
+    import yaml
+
+    from tests.conftest import run_cli
+
+    good = [json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1),
+                        "solution": f"<think>\n{i} + 1 = {i + 1}.\n</think>\n\nThe answer is \\boxed{{{i + 1}}}."})
+            for i in range(12)]
+    data = _write_jsonl(tmp_path / "train.jsonl", good[:5] + ["{not json", '{"question": "no gold"}'] + good[5:])
+    recipe = {"name": "bad_rows", "stages": [{
+        "name": "sft", "kind": "sft", "model": "tiny-qwen3", "evaluate": False, "max_steps": 2, "max_length": 64,
+        "per_device_batch_size": 4, "data": {"path": str(data), "on_bad_rows": "skip", "split": "all"}}]}
+    (tmp_path / "bad_rows.yaml").write_text(yaml.safe_dump(recipe))
+    home = tmp_path / "home"
+    proc = run_cli("run", str(tmp_path / "bad_rows.yaml"), env_home=home, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    run = client.search_runs(client.get_experiment_by_name("posttrain/bad_rows").experiment_id,
+                             "tags.`posttrain.stage` = 'sft'")[0]
+    assert run.data.metrics["data/skipped_rows"] == 2.0
+    assert run.data.metrics["train/rows"] == 12.0
+
+    recipe["stages"][0]["data"]["on_bad_rows"] = "fail"
+    (tmp_path / "strict.yaml").write_text(yaml.safe_dump({**recipe, "name": "strict"}))
+    proc = run_cli("run", str(tmp_path / "strict.yaml"), env_home=home, timeout=600)
+    assert proc.returncode != 0 and "train.jsonl:6: malformed row" in proc.stdout + proc.stderr
