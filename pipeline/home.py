@@ -69,7 +69,9 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def dir_fingerprint(path: Path, pattern: str = "*.safetensors") -> str:
-    """Content hash of the weight files of a model directory (names and bytes)."""
+    """Content hash of the weight files of a model directory (names and bytes), or of one file."""
+    if Path(path).is_file():
+        return sha256_file(Path(path))
     h = hashlib.sha256()
     files = sorted(Path(path).glob(pattern)) or sorted(p for p in Path(path).rglob("*") if p.is_file())
     for f in files:
