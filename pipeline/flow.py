@@ -61,6 +61,7 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, dict]) -> di
         else:
             inputs[fname] = spec.model_dump(mode="json")
             fingerprints[fname] = source_fingerprint(spec.source, spec.params)
+    fingerprints.update(stage.input_fingerprints())
     eval_spec = None
     if resolved.recipe.eval is not None and stage.evaluate and "model" in stage.OUTPUTS:
         eval_spec = resolved.recipe.eval.model_dump(mode="json")

@@ -39,6 +39,9 @@ class Recipe(Strict):
     launch: str = Field("", description="how to launch it, shown by `posttrain list`")
     eval: EvalSpec | None = Field(default_factory=EvalSpec)
     stages: list[StageConfig] = Field(min_length=1)
+    profile_overrides: dict[str, dict[str, dict]] = Field(
+        default_factory=dict, description="profile -> stage name or kind -> fields, applied after that profile "
+        "(e.g. a warm-up this recipe needs longer on `tiny` than the profile gives every SFT stage)")
 
 
 class Profile(Strict):
@@ -130,18 +133,30 @@ def _set_path(d: dict, keys: list, value) -> None:
     d[keys[-1]] = value
 
 
-def _apply_profile(data: dict, where: dict, profile: Profile, profile_where: dict, pfile: Path) -> list[str]:
+def _override_stages(stages: list, overrides: dict, where: dict, origin, label: str) -> list[str]:
+    """Apply {stage name or kind: {field: value}} to the stages; `origin(key, field)` is file:line."""
     errors = []
-    stages = data.get("stages") or []
     names = {s.get("name"): i for i, s in enumerate(stages) if isinstance(s, dict)}
-    for key, fields in profile.stages.items():
+    for key, fields in overrides.items():
         targets = [names[key]] if key in names else [i for i, s in enumerate(stages) if isinstance(s, dict) and s.get("kind") == key]
         if key not in names and key not in STAGE_CONFIGS:
-            errors.append(f"{profile_where.get(('stages', key), pfile)}: profile stages.{key}: not a stage name or kind")
+            errors.append(f"{origin(key, None)}: {label}.{key}: not a stage name or kind")
         for i in targets:
-            for fname, value in fields.items():
+            for fname, value in (fields or {}).items():
                 stages[i][fname] = copy.deepcopy(value)
-                where[("stages", i, fname)] = profile_where.get(("stages", key, fname), str(pfile))
+                where[("stages", i, fname)] = origin(key, fname)
+    return errors
+
+
+def _apply_profile(data: dict, where: dict, name: str, profile: Profile, profile_where: dict, pfile: Path,
+                   rfile: Path) -> list[str]:
+    stages = data.get("stages") or []
+    errors = _override_stages(stages, profile.stages, where, lambda k, f: profile_where.get(
+        ("stages", k) + ((f,) if f else ()), str(pfile)), "profile stages")
+    own = (data.get("profile_overrides") or {}).get(name) or {}
+    rwhere = dict(where)
+    errors += _override_stages(stages, own, where, lambda k, f: rwhere.get(
+        ("profile_overrides", name, k) + ((f,) if f else ()), str(rfile)), f"profile_overrides.{name}")
     for fname, value in profile.eval.items():
         if "eval" in data and not isinstance(data["eval"], dict):
             break  # the recipe switched evaluation off (`eval: null`)
@@ -310,7 +325,7 @@ def load_recipe(ref: str, profile: str | None = None, overrides: list[str] | Non
         errors += _pydantic_errors(e, data, where, str(path))
     if profile:
         prof, pwhere, ppath = load_profile(profile)
-        errors += _apply_profile(data, where, prof, pwhere, ppath)
+        errors += _apply_profile(data, where, profile, prof, pwhere, ppath, path)
     errors += _apply_overrides(data, where, overrides)
     try:
         recipe = Recipe.model_validate(data)

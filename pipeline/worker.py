@@ -62,6 +62,8 @@ def log_to_mlflow(metrics: dict, table: list[dict] | None, spec: dict) -> None:
     client.log_artifact(run_id, str(out / "stage_config.json"))
     for name in spec.get("artifacts", []):  # plots and reports the stage wrote into its output dir
         client.log_artifact(run_id, str(out / name))
+    for name, columns in spec.get("tables", {}).items():
+        client.log_table(run_id, data=columns, artifact_file=name)
     tokenizer_files = [p for p in (out / "model").glob("*") if p.name.startswith(("tokenizer", "chat_template", "special_tokens"))]
     for p in tokenizer_files:
         client.log_artifact(run_id, str(p), artifact_path="tokenizer")
@@ -93,7 +95,8 @@ def run_spec(spec: dict) -> dict | None:
                                        getattr(cfg, "trust_remote_code", False))
         result["metrics"].update(eval_metrics)
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
-    log_to_mlflow(result["metrics"], table, {**spec, "artifacts": result.get("artifacts", [])})
+    log_to_mlflow(result["metrics"], table, {**spec, "artifacts": result.pop("artifacts", []),
+                                             "tables": result.pop("tables", {})})
     write_json_atomic(ctx.output_dir / "result.json", result)
     return result
 

@@ -91,6 +91,10 @@ class StageBase(Strict):
         """Checks beyond field types, run at validation before anything starts: (path, message)."""
         return []
 
+    def input_fingerprints(self) -> dict[str, str]:
+        """Content fingerprints of inputs that are not MODEL_FIELDS / DATA_FIELDS (cache key)."""
+        return {}
+
     def refs(self) -> list[tuple[str, str, str]]:
         """(field, reference, wanted output) for every input that names an earlier stage."""
         out = []

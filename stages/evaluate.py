@@ -33,17 +33,23 @@ class EvalSpec(Strict):
         return value
 
 
+VERIFIER_REWARDS = {"math": "accuracy_math", "code": "code_exec", "ifeval": "ifeval_constraints"}
+
+
 def score_rows(rows: list[dict], completions: list[str]) -> list[float | None]:
-    """Verifier score per (row, completion); None where the row cannot be judged."""
+    """Verifier score per (row, completion), by the row's verifier: math answers by math-verify,
+    code by running its tests in the sandbox, instructions by their constraint checks. None where
+    the row cannot be judged (verifier "none", or an unparseable gold)."""
     from stages.rewards import get_reward
 
-    math_reward = get_reward("accuracy_math")
-    scores: list[float | None] = []
-    for row, completion in zip(rows, completions):
-        if row["verifier"] == "math":
-            scores.append(math_reward(completions=[completion], answer=[row["answer"]])[0])
-        else:  # code / instruction checks arrive with the rewards issue; unjudged until then
-            scores.append(None)
+    scores: list[float | None] = [None] * len(rows)
+    for verifier, reward_name in VERIFIER_REWARDS.items():
+        idx = [i for i, r in enumerate(rows) if r["verifier"] == verifier]
+        if idx:
+            values = get_reward(reward_name)(completions=[completions[i] for i in idx],
+                                             answer=[rows[i]["answer"] for i in idx])
+            for i, v in zip(idx, values):
+                scores[i] = v
     return scores
 
 

@@ -1,8 +1,9 @@
-"""Rollouts: one interface for every stage that samples from a model.
+"""Rollouts: one interface for every stage that samples from a model (evaluation, curation filters).
 
-HF `generate`, batched with left padding, on CPU or GPU. Completions are decoded with special
-tokens kept (so <think> tags survive in tokenizers where they are special) and then cut at the
-end-of-turn token.
+`rollout(..., backend="hf")`: HF `generate`, batched with left padding, on CPU or GPU. Completions
+are decoded with special tokens kept (so <think> tags survive in tokenizers where they are special)
+and then cut at the end-of-turn token. `backend="vllm"`: vLLM's offline engine, when the [vllm]
+extra is installed and a GPU is present; recipes that ask for it are refused at validation otherwise.
 """
 
 from __future__ import annotations
@@ -66,3 +67,39 @@ def generate(model, tokenizer, prompts: list[list[dict] | str], spec: SamplingSp
         decoded = [_clean(t, tokenizer) for t in decoded]
         out += [decoded[i:i + spec.n] for i in range(0, len(decoded), spec.n)]
     return out
+
+
+def vllm_unavailable() -> list[str]:
+    """Why vLLM rollouts cannot run here (empty when they can)."""
+    import importlib.util
+
+    import torch
+
+    problems = []
+    if importlib.util.find_spec("vllm") is None:
+        problems.append("vLLM rollouts need the [vllm] extra: pip install 'posttrain[vllm]'")
+    if not torch.cuda.is_available():
+        problems.append("vLLM rollouts need a GPU; use rollout: hf on CPU")
+    return problems
+
+
+def generate_vllm(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec,
+                  trust_remote_code: bool = False) -> list[list[str]]:
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model_dir, trust_remote_code=trust_remote_code, seed=spec.seed)
+    tokenizer = llm.get_tokenizer()
+    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+             for p in prompts]
+    params = SamplingParams(n=spec.n, temperature=spec.temperature, top_p=spec.top_p,
+                            max_tokens=spec.max_new_tokens, seed=spec.seed)
+    return [[o.text for o in out.outputs] for out in llm.generate(texts, params)]
+
+
+def rollout(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec, backend: str = "hf",
+            trust_remote_code: bool = False, progress: bool = False) -> list[list[str]]:
+    """`spec.n` completions per prompt from the model in `model_dir`."""
+    if backend == "vllm":
+        return generate_vllm(model_dir, prompts, spec, trust_remote_code)
+    model, tokenizer = load_for_generation(model_dir, trust_remote_code)
+    return generate(model, tokenizer, prompts, spec, progress=progress)

@@ -84,6 +84,7 @@ class GRPOConfig(StageBase, TrainingKnobs):
         return defaults[knob] if value is None else value
 
     def semantic_errors(self) -> list[tuple[tuple, str]]:
+        from stages.generation import vllm_unavailable
         from stages.rewards import check_reward_specs
         from stages.templates import check_template
 
@@ -96,19 +97,6 @@ class GRPOConfig(StageBase, TrainingKnobs):
         if self.rollout != "hf":
             errors += [(("rollout",), msg) for msg in vllm_unavailable()]
         return errors
-
-
-def vllm_unavailable() -> list[str]:
-    import importlib.util
-
-    import torch
-
-    problems = []
-    if importlib.util.find_spec("vllm") is None:
-        problems.append("vLLM rollouts need the [vllm] extra: pip install 'posttrain[vllm]'")
-    if not torch.cuda.is_available():
-        problems.append("vLLM rollouts need a GPU; use rollout: hf on CPU")
-    return problems
 
 
 def scheduled_reward(spec: RewardSpec):

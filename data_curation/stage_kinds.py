@@ -1,0 +1,181 @@
+"""Curation stage kinds: decontaminate, dedup, difficulty_filter, no_cot_filter, trace_filter.
+
+Each reads one dataset (a source, a file or an earlier stage's `dataset`) and writes
+`kept.jsonl` (its `dataset` output, for the next stage), `removed.jsonl`, `report.json`, examples
+per reason and, for the sampling filters, a pass-rate histogram; counts go to the stage's MLflow
+run and the Prefect metrics table. `posttrain curate` runs the same functions outside a recipe.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from stages.common import DataSpec, StageBase
+
+Rollout = Literal["hf", "vllm"]
+
+
+class CurationBase(StageBase):
+    data: DataSpec
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("dataset",)
+    DATA_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+
+class DecontaminateConfig(CurationBase):
+    kind: Literal["decontaminate"] = "decontaminate"
+    eval_sets: list[DataSpec] = Field(min_length=1, description="benchmarks to protect: sources or files")
+    ngram: int = Field(8, ge=1)
+    mode: Literal["any", "coverage"] = "any"
+    threshold: float = Field(0.5, gt=0, lt=1, description="coverage mode: share of an eval item's n-grams")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_benchmarks(cls, value):
+        """An eval set means the whole benchmark unless a split is named (DataSpec defaults to train)."""
+        if isinstance(value, dict) and isinstance(value.get("eval_sets"), list):
+            value = {**value, "eval_sets": [{"source": s, "split": "all"} if isinstance(s, str)
+                                            else {"split": "all", **s} if isinstance(s, dict) else s
+                                            for s in value["eval_sets"]]}
+        return value
+
+    def semantic_errors(self) -> list[tuple[tuple, str]]:
+        from data_curation.sources import check_data_spec
+
+        errors = []
+        for i, spec in enumerate(self.eval_sets):
+            if spec.stage_ref:
+                errors.append((("eval_sets", i, "source"), "eval sets must be named sources or files"))
+            errors += [(("eval_sets", i) + rel, msg) for rel, msg in check_data_spec(spec.source, spec.params)]
+        return errors
+
+    def input_fingerprints(self) -> dict[str, str]:
+        from data_curation.sources import source_fingerprint
+
+        return {f"eval_sets.{i}": source_fingerprint(s.source, s.params) for i, s in enumerate(self.eval_sets)}
+
+
+class DedupConfig(CurationBase):
+    kind: Literal["dedup"] = "dedup"
+    near: bool = Field(True, description="also drop near-duplicates (MinHash LSH), not only exact ones")
+    threshold: float = Field(0.8, gt=0, le=1, description="estimated Jaccard similarity for a near-duplicate")
+    num_perm: int = Field(128, ge=16)
+    shingle: int = Field(5, ge=1, description="words per shingle")
+
+
+class SamplingFilterBase(CurationBase):
+    model: str = Field(description="the model that samples, usually an earlier stage's `x.model`")
+    max_new_tokens: int = Field(256, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    batch_size: int = Field(16, ge=1)
+    seed: int = 0
+    rollout: Rollout = "hf"
+    trust_remote_code: bool = False
+    MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("model",)
+
+    def semantic_errors(self) -> list[tuple[tuple, str]]:
+        from stages.generation import vllm_unavailable
+
+        return [(("rollout",), msg) for msg in vllm_unavailable()] if self.rollout == "vllm" else []
+
+    def sampling(self, n: int):
+        from stages.generation import SamplingSpec
+
+        return SamplingSpec(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                            n=n, batch_size=self.batch_size, seed=self.seed)
+
+
+class DifficultyFilterConfig(SamplingFilterBase):
+    kind: Literal["difficulty_filter"] = "difficulty_filter"
+    samples: int = Field(8, ge=1, description="k completions per prompt")
+    low: float = Field(0.0, ge=0, lt=1, description="keep rows whose pass rate is above this...")
+    high: float = Field(1.0, gt=0, le=1, description="...and below this")
+    template: str = "chat"
+
+    @model_validator(mode="after")
+    def _band(self):
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        return self
+
+
+class NoCotFilterConfig(SamplingFilterBase):
+    kind: Literal["no_cot_filter"] = "no_cot_filter"
+    tries: int = Field(8, ge=1, description="Kimi k1.5: N = 8")
+    max_new_tokens: int = Field(32, ge=1)
+    instruction: str = "Answer with only the final answer, without any reasoning or explanation."
+
+
+class TraceFilterConfig(CurationBase):
+    kind: Literal["trace_filter"] = "trace_filter"
+    min_language_share: float = Field(0.95, ge=0, le=1)
+    max_paragraph_words: int = Field(300, ge=1)
+    max_repeated_share: float = Field(0.5, ge=0, le=1, description="share of repeated word 3-grams")
+    code_in_math: bool = Field(False, description="allow ``` blocks in the thinking of math rows")
+    check_answer: bool = Field(True, description="drop rows whose final answer differs from the thinking's")
+
+
+CURATION_CONFIGS = {c.model_fields["kind"].default: c for c in (
+    DecontaminateConfig, DedupConfig, DifficultyFilterConfig, NoCotFilterConfig, TraceFilterConfig)}
+
+
+def curate(cfg, rows: list[dict], out_dir, model_dir: str | None = None, eval_rows: list[dict] | None = None) -> dict:
+    """Run one curation step on `rows` and write its outputs into `out_dir`; returns the report."""
+    from data_curation.report import write_outputs
+
+    kept, removed, extra, rates = [], [], {}, None
+    if cfg.kind == "decontaminate":
+        from data_curation.decontaminate import build_index, decontaminate
+        index = build_index(eval_rows, cfg.ngram)
+        extra["eval_items"] = index.size
+        for row, evidence in decontaminate(rows, index, cfg.mode, cfg.threshold):
+            (removed.append({**row, "removed_reason": "contaminated", "evidence": evidence}) if evidence
+             else kept.append(row))
+    elif cfg.kind == "dedup":
+        from data_curation.dedup import dedup
+        for row, evidence in dedup(rows, cfg.near, cfg.threshold, cfg.num_perm, cfg.shingle):
+            (removed.append({**row, "removed_reason": evidence.pop("reason"), "evidence": evidence}) if evidence
+             else kept.append(row))
+    elif cfg.kind == "trace_filter":
+        from data_curation.trace_filter import trace_problem
+        for row in rows:
+            problem = trace_problem(row, min_language_share=cfg.min_language_share,
+                                    max_paragraph_words=cfg.max_paragraph_words,
+                                    max_repeated_share=cfg.max_repeated_share, code_in_math=cfg.code_in_math,
+                                    check_answer=cfg.check_answer)
+            (removed.append({**row, "removed_reason": problem[0], "evidence": problem[1]}) if problem
+             else kept.append(row))
+    elif cfg.kind == "difficulty_filter":
+        from data_curation.sampling_filters import difficulty_filter
+        kept, removed, extra, rates = difficulty_filter(model_dir, rows, cfg.sampling(cfg.samples), cfg.low, cfg.high,
+                                                        cfg.template, cfg.rollout, cfg.trust_remote_code)
+    elif cfg.kind == "no_cot_filter":
+        from data_curation.sampling_filters import no_cot_filter
+        kept, removed, extra = no_cot_filter(model_dir, rows, cfg.sampling(cfg.tries), cfg.instruction, cfg.rollout,
+                                             cfg.trust_remote_code)
+    else:
+        raise ValueError(f"unknown curation step {cfg.kind!r}")
+    return write_outputs(out_dir, cfg.kind, kept, removed, extra, rates)
+
+
+def run(cfg, ctx) -> dict:
+    """The stage entry the worker calls (stages.registry maps every curation kind here)."""
+    import json
+
+    from data_curation.report import examples_table, report_metrics
+    from data_curation.sources import load_rows
+    from stages.runtime import load_stage_rows
+
+    rows = load_stage_rows(ctx.input("data"), ctx)
+    eval_rows = None
+    if cfg.kind == "decontaminate":
+        eval_rows = [r for s in cfg.eval_sets for r in load_rows(s.source, s.split, s.n, s.seed, s.params)]
+    model_dir = ctx.input("model") if "model" in cfg.MODEL_FIELDS else None
+    report = curate(cfg, rows, ctx.output_dir, model_dir, eval_rows)
+    examples = json.loads((ctx.output_dir / "removed_examples.json").read_text())
+    table = examples_table(examples)
+    artifacts = ["report.json"] + (["pass_rates.png"] if (ctx.output_dir / "pass_rates.png").exists() else [])
+    return {"outputs": {"dataset": "kept.jsonl"}, "metrics": report_metrics(report), "artifacts": artifacts,
+            "tables": {"removed_examples.json": table} if table else {}}
