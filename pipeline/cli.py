@@ -1,5 +1,5 @@
-"""`posttrain`: run, validate, list, show, serve, ui, models, generate, data. Exit 2 on a bad recipe,
-before any compute."""
+"""`posttrain`: run, validate, list, show, serve, ui, models, generate, data, curate. Exit 2 on a bad
+recipe, before any compute."""
 
 from __future__ import annotations
 
@@ -116,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--prefect-port", type=int, default=4200)
     sp.add_argument("--mlflow-port", type=int, default=5000)
     sp.set_defaults(fn=cmd_ui)
+    from pipeline.cli_curate import add_parser as add_curate
     from pipeline.cli_tools import add_parsers
     add_parsers(sub)
+    add_curate(sub)
     args = p.parse_args(argv)
     from pipeline.recipe import RecipeError
     try:
