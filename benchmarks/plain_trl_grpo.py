@@ -28,7 +28,9 @@ if __name__ == "__main__":
                       per_device_train_batch_size=cfg["batch"], num_generations=cfg["G"],
                       max_completion_length=cfg["max_completion_length"], beta=cfg["beta"], loss_type="grpo",
                       temperature=1.0, seed=42, logging_steps=1, save_strategy="no", report_to=[],
-                      use_cpu=not torch.cuda.is_available(), use_bias_correction_kl=False)
+                      use_cpu=not torch.cuda.is_available(), use_bias_correction_kl=False,
+                      # TRL's defaults are bf16 and gradient checkpointing on; the stage's are off
+                      bf16=False, gradient_checkpointing=False)
     rewards = [get_reward("accuracy_math"), get_reward("format_think")]
     trainer = GRPOTrainer(model=cfg["model"], args=args, train_dataset=data, reward_funcs=rewards,
                           processing_class=tokenizer)

@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from data_curation.ngrams import HashSet, chunk_ngram_hashes, word_ngrams
+from data_curation.ngrams import HashSet, chunk_hits, chunk_ngram_hashes, word_ngrams
 from data_curation.schema import question_text
 
 Mode = Literal["any", "coverage"]
@@ -61,10 +61,9 @@ def build_index(eval_rows: Iterable[dict], n: int = 8) -> EvalIndex:
 
 def _candidates(texts: list[str], index: EvalIndex) -> dict[int, np.ndarray]:
     """Texts with at least one n-gram hash found on the eval side, with those hashes."""
-    hashes, rows = chunk_ngram_hashes(texts, index.n)
-    hit = index.members.contains(hashes)
+    rows, hashes = chunk_hits(texts, index.n, index.members)
     out: dict[int, list] = {}
-    for row, h in zip(rows[hit].tolist(), hashes[hit]):
+    for row, h in zip(rows.tolist(), hashes):
         out.setdefault(row, []).append(h)
     return {row: np.unique(np.array(hs, dtype=np.uint64)) for row, hs in out.items()}
 
@@ -87,7 +86,7 @@ def check_row(text: str, hit_hashes: np.ndarray, index: EvalIndex, mode: Mode, t
 
 
 def decontaminate(rows: Iterable[dict], index: EvalIndex, mode: Mode = "any", threshold: float = 0.5,
-                  chunk: int = 8192) -> Iterator[tuple[dict, dict | None]]:
+                  chunk: int = 4096) -> Iterator[tuple[dict, dict | None]]:
     """Yield (row, evidence or None) for every training row, streaming in chunks."""
     it = iter(rows)
     while batch := list(islice(it, chunk)):

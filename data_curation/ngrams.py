@@ -76,9 +76,9 @@ def _span_hashes(values: np.ndarray, starts: np.ndarray, ends: np.ndarray, power
         return (prefix[ends] - prefix[starts]) * fwd[ends - 1]
 
 
-def _encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The chunk as lowercased UTF-8 bytes joined by newlines, and each text's start offset."""
-    joined = "\n".join(texts)
+def _encode(texts: list[str], sep: str = "\n") -> tuple[np.ndarray, np.ndarray]:
+    """The chunk as lowercased UTF-8 bytes joined by `sep`, and each text's start offset."""
+    joined = sep.join(texts)
     if joined.isascii():  # the common case: lowercasing keeps every length
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         data = joined.lower().encode("ascii")
@@ -86,34 +86,51 @@ def _encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         pieces = [t.lower().encode("ascii") if t.isascii() else UNICODE_SPACE.sub(" ", t.lower()).encode("utf-8")
                   for t in texts]
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(texts))
-        data = b"\n".join(pieces)
+        data = sep.encode().join(pieces)
     starts = np.zeros(len(texts), dtype=np.int64)
-    np.cumsum(lengths[:-1] + 1, out=starts[1:])
+    np.cumsum(lengths[:-1] + len(sep), out=starts[1:])
     return np.frombuffer(data, dtype=np.uint8), starts
+
+
+def _word_hashes(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start byte, 64-bit hash) of every whitespace-separated word in the buffer."""
+    space = np.concatenate(([True], _ASCII_SPACE[buf], [True]))
+    edges = np.flatnonzero(space[1:] != space[:-1])
+    starts, ends = edges[0::2], edges[1::2]
+    return starts, _span_hashes(np.add(buf, 1, dtype=np.uint32), starts, ends, _WORD_POWERS).astype(np.uint64)
 
 
 def chunk_ngram_hashes(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray]:
     """(hashes, row) for every word n-gram of every text: `row[i]` is the index of the text the
     i-th n-gram comes from. N-grams never span two texts."""
     empty = np.empty(0, np.uint64), np.empty(0, np.int64)
-    if not texts:
-        return empty
-    buf, text_starts = _encode(texts)
-    if buf.size == 0:
-        return empty
-    space = np.concatenate(([True], _ASCII_SPACE[buf], [True]))
-    edges = np.flatnonzero(space[1:] != space[:-1])
-    word_starts, word_ends = edges[0::2], edges[1::2]
+    buf, text_starts = _encode(texts) if texts else (np.empty(0, np.uint8), None)
+    word_starts, words = _word_hashes(buf) if buf.size else (np.empty(0, np.int64), None)
     if len(word_starts) < n:
         return empty
-    words = _span_hashes(np.add(buf, 1, dtype=np.uint32), word_starts, word_ends, _WORD_POWERS).astype(np.uint64)
-    starts_mark = np.zeros(len(buf) + 1, dtype=np.int32)  # a trailing empty text starts at len(buf)
-    starts_mark[text_starts[1:]] = 1  # texts never start at the same byte: they are joined by "\n"
-    word_row = np.cumsum(starts_mark, dtype=np.int32)[word_starts]
+    word_row = np.searchsorted(text_starts, word_starts, side="right") - 1
     first = np.arange(len(words) - n + 1)
     grams = _span_hashes(words, first, first + n, _GRAM_POWERS)
     within = word_row[first] == word_row[first + n - 1]  # the window stays inside one text
     return grams[within], word_row[first][within]
+
+
+BARRIER = "\n\x00\n"  # between texts: a word of its own, so n-grams across texts match nothing real
+
+
+def chunk_hits(texts: list[str], n: int, members: "HashSet") -> tuple[np.ndarray, np.ndarray]:
+    """(row, hash) of the n-grams of `texts` whose hash is in `members`: the scan's fast path.
+    Windows are not cut at text boundaries; the barrier word makes a crossing window a stray hit
+    at worst, which the caller's exact check on the row's own words discards."""
+    empty = np.empty(0, np.int64), np.empty(0, np.uint64)
+    buf, text_starts = _encode(texts, BARRIER) if texts else (np.empty(0, np.uint8), None)
+    word_starts, words = _word_hashes(buf) if buf.size else (np.empty(0, np.int64), None)
+    if len(word_starts) < n:
+        return empty
+    first = np.arange(len(words) - n + 1)
+    grams = _span_hashes(words, first, first + n, _GRAM_POWERS)
+    hit = np.flatnonzero(members.contains(grams))
+    return np.searchsorted(text_starts, word_starts[hit], side="right") - 1, grams[hit]
 
 
 class HashSet:

@@ -78,6 +78,8 @@ class GRPOConfig(StageBase, TrainingKnobs):
     def effective(self, knob: str):
         """The value a knob takes: the recipe's, or the loss variant's paper value when unset."""
         beta, clip_high, dynamic, mask, scale = PAPER_DEFAULTS[self.loss]
+        if mask and any(r.name == "overlong_dapo" for r in self.rewards):
+            mask = False  # DAPO uses one or the other: the soft punishment needs the truncated samples
         defaults = {"beta": beta, "clip_high": clip_high or self.clip_low, "dynamic_sampling": dynamic,
                     "mask_truncated": mask, "scale_rewards": scale}
         value = getattr(self, knob, None)

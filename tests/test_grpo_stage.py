@@ -114,6 +114,21 @@ def test_paper_defaults_per_variant():
     assert (grpo.effective("beta"), grpo.effective("clip_high"), grpo.effective("scale_rewards")) == (0.04, 0.2, True)
     assert GRPOConfig(**base, loss="dr_grpo").effective("scale_rewards") is False
     assert GRPOConfig(**base, loss="dapo", dynamic_sampling=False).effective("dynamic_sampling") is False
+    soft = GRPOConfig(**{**base, "rewards": [{"name": "accuracy_math"}, {"name": "overlong_dapo"}]}, loss="dapo")
+    assert soft.effective("mask_truncated") is False  # the soft punishment replaces overlong masking
+
+
+def test_a_reward_with_a_start_step_is_zero_before_it():
+    from types import SimpleNamespace
+
+    from stages.common import RewardSpec
+    from stages.grpo import scheduled_reward
+
+    reward = scheduled_reward(RewardSpec(name="format_think", start_step=10))
+    good = ["<think>a</think> b"] * 2
+    assert reward(completions=good, trainer_state=SimpleNamespace(global_step=9)) == [0.0, 0.0]
+    assert reward(completions=good, trainer_state=SimpleNamespace(global_step=10)) == [1.0, 1.0]
+    assert reward.__name__ == "format_think"  # TRL names the per-reward metric after it
 
 
 def test_r1_zero_end_to_end_logs_reward_curves(tmp_path):
