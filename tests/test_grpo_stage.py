@@ -147,3 +147,23 @@ def test_r1_zero_end_to_end_logs_reward_curves(tmp_path):
         assert len(client.get_metric_history(run_id, key)) == 6, key  # one point per step (tiny: 6 steps)
     assert "eval/accuracy" in runs[0].data.metrics
     assert "rl_curves.png" in [a.path for a in client.list_artifacts(run_id)]
+
+
+def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path):
+    """Refill rounds are collective (every rank rolls out until all have enough groups) and the
+    prioritized sampler must draw the same global batch on both ranks, or the ranks would hang."""
+    import mlflow
+
+    home = tmp_path / "home"
+    proc = run_cli("run", "r1_zero", "--profile", "tiny", "--set", "stages.zero_rl.launcher={mode: deepspeed, ranks: 2}",
+                   "--set", "stages.zero_rl.loss=dapo", "--set", "stages.zero_rl.sampler=prioritized",
+                   "--set", "stages.zero_rl.max_steps=3", env_home=home, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    run = client.search_runs(client.get_experiment_by_name("posttrain/r1_zero").experiment_id,
+                             "tags.`posttrain.stage` = 'zero_rl'")[0]
+    log = next((home / "stages" / "r1_zero").glob("zero_rl-*/worker.log")).read_text()
+    assert "dist_world_size=2" in log
+    # the random tiny model never earns a reward, so every step uses all 4 rounds and then gives up
+    rounds = client.get_metric_history(run.info.run_id, "dynamic_sampling/rounds")
+    assert [m.value for m in rounds] == [4.0, 4.0, 4.0]
