@@ -19,6 +19,7 @@ if __name__ == "__main__":
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--template", default="chat", help="chat, chat_boxed, r1_zero, ...")
     a = ap.parse_args()
 
     from data_curation.report import EverythingRemoved
@@ -31,14 +32,15 @@ if __name__ == "__main__":
     model_dir = resolve_model(a.model)
     rows = load_rows("synthetic_math", "train", a.prompts, seed=11, params={"difficulties": [1, 2]})
     cfg = DifficultyFilterConfig(name="bench", data="synthetic_math", model=a.model, samples=a.samples,
-                                 max_new_tokens=a.max_new_tokens)
+                                 max_new_tokens=a.max_new_tokens, template=a.template)
     out = Path(tempfile.mkdtemp(prefix="bench-difficulty-"))
     try:
         curate(cfg, rows, out, model_dir)
     except EverythingRemoved as e:  # still measured: report.json is written before the check
         print(f"note: {e}")
     r = json.loads((out / "report.json").read_text())
-    print(f"model {a.model}: {a.prompts} prompts x {a.samples} samples, up to {a.max_new_tokens} new tokens")
+    print(f"model {a.model}: {a.prompts} prompts x {a.samples} samples, up to {a.max_new_tokens} new tokens, "
+          f"template {a.template}")
     print(f"{r['prompts_per_s']:.2f} prompts/s, {r['prompts_per_s'] * a.samples:.1f} samples/s; "
           f"generation {100 * r['generation_share']:.0f}% of {r['seconds']:.1f} s, scoring the rest; "
           f"kept {r['rows_out']} of {r['rows_in']} ({r['removed']})")

@@ -14,7 +14,7 @@ import time
 
 from stages.evaluate import score_rows
 from stages.generation import SamplingSpec, rollout
-from stages.templates import render_prompt
+from stages.templates import render_prompt, with_instruction
 
 NO_COT_INSTRUCTION = "Answer with only the final answer, without any reasoning or explanation."
 
@@ -58,9 +58,7 @@ def difficulty_filter(model_dir: str, rows: list[dict], spec: SamplingSpec, low:
 
 
 def no_cot_prompt(row: dict, instruction: str) -> list[dict]:
-    messages = [dict(m) for m in row["prompt"]]
-    messages[-1]["content"] = f"{messages[-1]['content']}\n\n{instruction}"
-    return messages
+    return with_instruction(row["prompt"], instruction)
 
 
 def no_cot_filter(model_dir: str, rows: list[dict], spec: SamplingSpec, instruction: str = NO_COT_INSTRUCTION,

@@ -36,9 +36,12 @@ def cmd_data_show(args) -> int:
     from data_curation.sources import load_rows
 
     params = {}
-    for item in args.param:
+    for item in args.param:  # values are JSON where they parse as JSON (lists, numbers), else strings
         key, _, value = item.partition("=")
-        params[key] = json.loads(value) if value[:1] in "[{0123456789-tfn\"" else value
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
     source = args.source
     if source.startswith("path:"):
         source, params["path"] = "file", source.removeprefix("path:")

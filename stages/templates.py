@@ -1,8 +1,10 @@
 """Prompt templates: how a row's question becomes the model's input.
 
-`chat` (the default) feeds the row's messages through the model's chat template. `r1_zero` is
-DeepSeek-R1-Zero's plain-text template (R1 paper v1, Table 1), for RL straight from a base model.
-Any other string containing `{prompt}` is a custom plain-text template.
+`chat` (the default) feeds the row's messages through the model's chat template. `chat_boxed`
+does the same with DeepSeek's recommended math instruction appended to the question (from the
+DeepSeek-R1 model card, not the paper), for models that do not box their answers unprompted.
+`r1_zero` is DeepSeek-R1-Zero's plain-text template (R1 paper v1, Table 1), for RL straight from a
+base model. Any other string containing `{prompt}` is a custom plain-text template.
 """
 
 from __future__ import annotations
@@ -17,16 +19,29 @@ R1_ZERO = (
     "</answer>. User: {prompt}. Assistant:"
 )
 TEMPLATES = {"r1_zero": R1_ZERO}
+BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+CHAT_TEMPLATES = ("chat", "chat_boxed")
 
 
 def check_template(template: str) -> str | None:
-    if template == "chat" or template in TEMPLATES or "{prompt}" in template:
+    if template in CHAT_TEMPLATES or template in TEMPLATES or "{prompt}" in template:
         return None
-    return f"unknown template {template!r}: use chat, {', '.join(TEMPLATES)}, or a string containing {{prompt}}"
+    return (f"unknown template {template!r}: use {', '.join(CHAT_TEMPLATES + tuple(TEMPLATES))}, "
+            "or a string containing {prompt}")
 
 
 def render_prompt(template: str, row: dict) -> list[dict] | str:
-    """Chat messages for `chat`; otherwise the filled-in text (no chat template is applied to it)."""
+    """Chat messages for `chat` / `chat_boxed`; otherwise the filled-in text (no chat template is
+    applied to it)."""
     if template == "chat":
         return row["prompt"]
+    if template == "chat_boxed":
+        return with_instruction(row["prompt"], BOXED_INSTRUCTION, "\n")
     return TEMPLATES.get(template, template).replace("{prompt}", question_text(row))
+
+
+def with_instruction(messages: list[dict], instruction: str, sep: str = "\n\n") -> list[dict]:
+    """A copy of chat messages with `instruction` appended to the last (user) message."""
+    out = [dict(m) for m in messages]
+    out[-1]["content"] = f"{out[-1]['content']}{sep}{instruction}"
+    return out

@@ -167,3 +167,18 @@ def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path):
     # the random tiny model never earns a reward, so every step uses all 4 rounds and then gives up
     rounds = client.get_metric_history(run.info.run_id, "dynamic_sampling/rounds")
     assert [m.value for m in rounds] == [4.0, 4.0, 4.0]
+
+
+def test_prompt_templates():
+    from stages.templates import BOXED_INSTRUCTION, check_template, render_prompt
+
+    row = {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]}
+    assert render_prompt("chat", row) is row["prompt"]
+    boxed = render_prompt("chat_boxed", row)
+    assert boxed[-1]["content"] == "What is 2 + 2?\n" + BOXED_INSTRUCTION and boxed[0] == row["prompt"][0]
+    assert row["prompt"][-1]["content"] == "What is 2 + 2?"  # the row itself is untouched
+    text = render_prompt("r1_zero", row)
+    assert text.startswith("A conversation between User and Assistant.") and text.endswith(
+        "User: What is 2 + 2?. Assistant:")
+    assert render_prompt("Q: {prompt}\nA:", row) == "Q: What is 2 + 2?\nA:"
+    assert "unknown template" in check_template("plain")
