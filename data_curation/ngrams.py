@@ -100,19 +100,31 @@ def _word_hashes(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, _span_hashes(np.add(buf, 1, dtype=np.uint32), starts, ends, _WORD_POWERS).astype(np.uint64)
 
 
+def _chunk_grams(texts: list[str], n: int, sep: str):
+    """(text start offsets, word start offsets, hash of every window of n consecutive words) of the
+    texts joined by `sep`, or None when the chunk has fewer than n words."""
+    if not texts:
+        return None
+    buf, text_starts = _encode(texts, sep)
+    if not buf.size:
+        return None
+    word_starts, words = _word_hashes(buf)
+    if len(words) < n:
+        return None
+    first = np.arange(len(words) - n + 1)
+    return text_starts, word_starts, _span_hashes(words, first, first + n, _GRAM_POWERS)
+
+
 def chunk_ngram_hashes(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray]:
     """(hashes, row) for every word n-gram of every text: `row[i]` is the index of the text the
     i-th n-gram comes from. N-grams never span two texts."""
-    empty = np.empty(0, np.uint64), np.empty(0, np.int64)
-    buf, text_starts = _encode(texts) if texts else (np.empty(0, np.uint8), None)
-    word_starts, words = _word_hashes(buf) if buf.size else (np.empty(0, np.int64), None)
-    if len(word_starts) < n:
-        return empty
+    chunk = _chunk_grams(texts, n, "\n")
+    if chunk is None:
+        return np.empty(0, np.uint64), np.empty(0, np.int64)
+    text_starts, word_starts, grams = chunk
     word_row = np.searchsorted(text_starts, word_starts, side="right") - 1
-    first = np.arange(len(words) - n + 1)
-    grams = _span_hashes(words, first, first + n, _GRAM_POWERS)
-    within = word_row[first] == word_row[first + n - 1]  # the window stays inside one text
-    return grams[within], word_row[first][within]
+    within = word_row[: len(grams)] == word_row[n - 1:]  # the window stays inside one text
+    return grams[within], word_row[: len(grams)][within]
 
 
 BARRIER = "\n\x00\n"  # between texts: a word of its own, so n-grams across texts match nothing real
@@ -122,13 +134,10 @@ def chunk_hits(texts: list[str], n: int, members: "HashSet") -> tuple[np.ndarray
     """(row, hash) of the n-grams of `texts` whose hash is in `members`: the scan's fast path.
     Windows are not cut at text boundaries; the barrier word makes a crossing window a stray hit
     at worst, which the caller's exact check on the row's own words discards."""
-    empty = np.empty(0, np.int64), np.empty(0, np.uint64)
-    buf, text_starts = _encode(texts, BARRIER) if texts else (np.empty(0, np.uint8), None)
-    word_starts, words = _word_hashes(buf) if buf.size else (np.empty(0, np.int64), None)
-    if len(word_starts) < n:
-        return empty
-    first = np.arange(len(words) - n + 1)
-    grams = _span_hashes(words, first, first + n, _GRAM_POWERS)
+    chunk = _chunk_grams(texts, n, BARRIER)
+    if chunk is None:
+        return np.empty(0, np.int64), np.empty(0, np.uint64)
+    text_starts, word_starts, grams = chunk
     hit = np.flatnonzero(members.contains(grams))
     return np.searchsorted(text_starts, word_starts[hit], side="right") - 1, grams[hit]
 

@@ -46,7 +46,10 @@ def watch_flow(pid: int | None, every_s: float = 2.0) -> None:
     threading.Thread(target=loop, daemon=True, name="watch-flow").start()
 
 
-def log_to_mlflow(metrics: dict, table: list[dict] | None, spec: dict) -> None:
+def log_to_mlflow(metrics: dict, table: list[dict] | None, spec: dict, artifacts: list[str] = (),
+                  tables: dict | None = None) -> None:
+    """Metrics, the eval samples table, the stage's own artifacts (files in its output dir) and
+    tables ({artifact file: columns}), and the tokenizer, into the stage's MLflow run."""
     import mlflow
 
     run_id = spec.get("mlflow_run_id")
@@ -60,9 +63,9 @@ def log_to_mlflow(metrics: dict, table: list[dict] | None, spec: dict) -> None:
                          artifact_file="eval_samples.json")
     out = Path(spec["output_dir"])
     client.log_artifact(run_id, str(out / "stage_config.json"))
-    for name in spec.get("artifacts", []):  # plots and reports the stage wrote into its output dir
+    for name in artifacts:
         client.log_artifact(run_id, str(out / name))
-    for name, columns in spec.get("tables", {}).items():
+    for name, columns in (tables or {}).items():
         client.log_table(run_id, data=columns, artifact_file=name)
     tokenizer_files = [p for p in (out / "model").glob("*") if p.name.startswith(("tokenizer", "chat_template", "special_tokens"))]
     for p in tokenizer_files:
@@ -95,8 +98,7 @@ def run_spec(spec: dict) -> dict | None:
                                        getattr(cfg, "trust_remote_code", False))
         result["metrics"].update(eval_metrics)
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
-    log_to_mlflow(result["metrics"], table, {**spec, "artifacts": result.pop("artifacts", []),
-                                             "tables": result.pop("tables", {})})
+    log_to_mlflow(result["metrics"], table, spec, result.pop("artifacts", []), result.pop("tables", {}))
     write_json_atomic(ctx.output_dir / "result.json", result)
     return result
 
