@@ -2,8 +2,8 @@
 
 Two rules (n = 8 by default, text normalised by lowercasing and collapsing whitespace):
 - `any` (open-r1, s1): a row is flagged when any of its n-grams occurs in any eval item.
-- `coverage` (Tulu 3): a row is flagged when it covers more than `threshold` of one eval item's
-  distinct n-grams.
+- `coverage` (Tulu 3): a row is flagged when more than `threshold` of one eval item's tokens
+  (words) lie inside n-grams the row shares with it.
 The eval side is held in memory (its texts and a sorted array of n-gram hashes with their owners);
 the training side streams through in chunks whose n-grams are hashed in bulk
 (data_curation.ngrams). Hash hits are confirmed on the exact n-grams of the eval items they point
@@ -33,17 +33,25 @@ class EvalIndex:
     hashes: np.ndarray  # every eval n-gram hash, sorted
     owner: np.ndarray  # hashes[i] comes from eval item owner[i]
     members: HashSet
-    _grams: dict[int, set[tuple]] = field(default_factory=dict)
+    _grams: dict[int, tuple[list[tuple], set[tuple]]] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
         return len(self.ids)
 
-    def grams(self, item: int) -> set[tuple]:
-        """An eval item's exact n-grams, computed when a training row first touches it."""
+    def _item(self, item: int) -> tuple[list[tuple], set[tuple]]:
+        """An eval item's n-grams in order and as a set, computed when a training row first touches it."""
         if item not in self._grams:
-            self._grams[item] = set(word_ngrams(self.texts[item], self.n))
+            grams = word_ngrams(self.texts[item], self.n)
+            self._grams[item] = (grams, set(grams))
         return self._grams[item]
+
+    def positional_grams(self, item: int) -> list[tuple]:
+        """Gram j covers words j .. j+n-1."""
+        return self._item(item)[0]
+
+    def grams(self, item: int) -> set[tuple]:
+        return self._item(item)[1]
 
     def owners(self, hashes: np.ndarray) -> list[int]:
         lo, hi = np.searchsorted(self.hashes, hashes, "left"), np.searchsorted(self.hashes, hashes, "right")
@@ -68,6 +76,16 @@ def _candidates(texts: list[str], index: EvalIndex) -> dict[int, np.ndarray]:
     return {row: np.unique(np.array(hs, dtype=np.uint64)) for row, hs in out.items()}
 
 
+def token_coverage(item_grams: list[tuple], shared: set[tuple], n: int) -> float:
+    """Share of an eval item's words that lie inside at least one of its n-grams found in `shared`."""
+    words = len(item_grams) + n - 1
+    covered = [False] * words
+    for j, gram in enumerate(item_grams):
+        if gram in shared:
+            covered[j:j + n] = [True] * n
+    return sum(covered) / words
+
+
 def check_row(text: str, hit_hashes: np.ndarray, index: EvalIndex, mode: Mode, threshold: float) -> dict | None:
     """Evidence ({eval_id, ngram, coverage}) when the row is contaminated, else None; confirmed on
     the exact n-grams of the eval items its hashes point at."""
@@ -79,7 +97,7 @@ def check_row(text: str, hit_hashes: np.ndarray, index: EvalIndex, mode: Mode, t
             continue  # a hash collision
         if mode == "any":
             return {"eval_id": index.ids[item], "ngram": " ".join(min(shared)), "coverage": None}
-        share = len(shared) / len(index.grams(item))
+        share = token_coverage(index.positional_grams(item), shared, index.n)
         if share > threshold and (best is None or share > best["coverage"]):
             best = {"eval_id": index.ids[item], "ngram": " ".join(min(shared)), "coverage": share}
     return best

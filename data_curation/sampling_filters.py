@@ -4,7 +4,9 @@
   never-solved by default; open-r1's DAPO filter: k = 8, temperature 1.0, 0.1 < p < 0.6). The rate
   is written into each kept row as `pass_rate`, for curriculum and prioritized sampling later.
 - no_cot (Kimi k1.5, Qwen3): ask for the bare answer without reasoning, N tries (Kimi: 8); a prompt
-  answered correctly in any try is guessable and goes.
+  answered correctly in any try is guessable and goes. The instruction asks for \boxed{}, and a
+  short bare reply ("19") is read as the answer too, since that is what a model asked for no
+  reasoning most often writes.
 Rows whose verifier is "none" cannot be scored and pass through untouched (counted as unverifiable).
 """
 
@@ -16,16 +18,16 @@ from stages.evaluate import score_rows
 from stages.generation import SamplingSpec, rollout
 from stages.templates import render_prompt, with_instruction
 
-NO_COT_INSTRUCTION = "Answer with only the final answer, without any reasoning or explanation."
+NO_COT_INSTRUCTION = ("Answer with only the final answer in \\boxed{}, without any reasoning or explanation.")
 
 
 def _sample_and_score(model_dir: str, rows: list[dict], prompts: list, spec: SamplingSpec, backend: str,
-                      trust_remote_code: bool) -> tuple[list[list[float | None]], dict]:
+                      trust_remote_code: bool, **math_options) -> tuple[list[list[float | None]], dict]:
     started = time.perf_counter()
     completions = rollout(model_dir, prompts, spec, backend, trust_remote_code, progress=True)
     generated = time.perf_counter()
     flat_rows = [r for r in rows for _ in range(spec.n)]
-    flat = score_rows(flat_rows, [c for cs in completions for c in cs])
+    flat = score_rows(flat_rows, [c for cs in completions for c in cs], **math_options)
     done = time.perf_counter()
     scores = [flat[i * spec.n:(i + 1) * spec.n] for i in range(len(rows))]
     total = max(done - started, 1e-9)
@@ -66,7 +68,7 @@ def no_cot_filter(model_dir: str, rows: list[dict], spec: SamplingSpec, instruct
     """(kept rows, removed rows with reason/evidence, timing)."""
     judged = [r for r in rows if r["verifier"] != "none"]
     scores, timing = _sample_and_score(model_dir, judged, [no_cot_prompt(r, instruction) for r in judged], spec,
-                                       backend, trust_remote_code)
+                                       backend, trust_remote_code, bare_answer=True)
     kept, removed = [r for r in rows if r["verifier"] == "none"], []
     for row, s in zip(judged, scores):
         hits = sum(1 for v in s if v is not None and v >= 1.0)

@@ -12,6 +12,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from data_curation.sampling_filters import NO_COT_INSTRUCTION
 from stages.common import DataSpec, StageBase
 
 Rollout = Literal["hf", "vllm"]
@@ -28,7 +29,8 @@ class DecontaminateConfig(CurationBase):
     eval_sets: list[DataSpec] = Field(min_length=1, description="benchmarks to protect: sources or files")
     ngram: int = Field(8, ge=1)
     mode: Literal["any", "coverage"] = "any"
-    threshold: float = Field(0.5, gt=0, lt=1, description="coverage mode: share of an eval item's n-grams")
+    threshold: float = Field(0.5, gt=0, lt=1, description="coverage mode: share of an eval item's tokens "
+                             "inside n-grams it shares with the row (Tulu 3)")
 
     @model_validator(mode="before")
     @classmethod
@@ -105,7 +107,7 @@ class NoCotFilterConfig(SamplingFilterBase):
     kind: Literal["no_cot_filter"] = "no_cot_filter"
     tries: int = Field(8, ge=1, description="Kimi k1.5: N = 8")
     max_new_tokens: int = Field(32, ge=1)
-    instruction: str = "Answer with only the final answer, without any reasoning or explanation."
+    instruction: str = NO_COT_INSTRUCTION
 
 
 class TraceFilterConfig(CurationBase):

@@ -24,6 +24,7 @@ from stages.common import Strict
 from stages.evaluate import EvalSpec
 from stages.registry import STAGE_CONFIGS
 from stages.rewards import check_reward_specs
+from stages.rewards.earnable import unearnable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO_ROOT / "recipes"
@@ -283,7 +284,8 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
             add(loc + rel, msg)
         produced[stage.name] = stage.OUTPUTS
     if recipe.eval is not None:
-        for rel, msg in check_reward_specs(recipe.eval.rewards):
+        reward_errors = check_reward_specs(recipe.eval.rewards, recipe.eval.max_new_tokens)
+        for rel, msg in reward_errors or unearnable(recipe.eval.rewards, recipe.eval.template, recipe.eval.max_new_tokens):
             add(("eval", "rewards") + rel, msg)
         spec = recipe.eval.data
         if spec.stage_ref:

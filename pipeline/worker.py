@@ -47,9 +47,10 @@ def watch_flow(pid: int | None, every_s: float = 2.0) -> None:
 
 
 def log_to_mlflow(metrics: dict, table: list[dict] | None, spec: dict, artifacts: list[str] = (),
-                  tables: dict | None = None) -> None:
+                  tables: dict | None = None, tags: dict | None = None) -> None:
     """Metrics, the eval samples table, the stage's own artifacts (files in its output dir) and
-    tables ({artifact file: columns}), and the tokenizer, into the stage's MLflow run."""
+    tables ({artifact file: columns}), tags (e.g. which sandbox ran model code), and the tokenizer,
+    into the stage's MLflow run."""
     import mlflow
 
     run_id = spec.get("mlflow_run_id")
@@ -57,7 +58,8 @@ def log_to_mlflow(metrics: dict, table: list[dict] | None, spec: dict, artifacts
         return
     client = mlflow.MlflowClient()
     ts = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[mlflow.entities.Metric(k, float(v), ts, 0) for k, v in metrics.items()])
+    client.log_batch(run_id, metrics=[mlflow.entities.Metric(k, float(v), ts, 0) for k, v in metrics.items()],
+                     tags=[mlflow.entities.RunTag(k, str(v)) for k, v in (tags or {}).items()])
     if table:
         client.log_table(run_id, data={k: [str(r[k]) for r in table] for k in table[0]},
                          artifact_file="eval_samples.json")
@@ -98,7 +100,10 @@ def run_spec(spec: dict) -> dict | None:
                                        getattr(cfg, "trust_remote_code", False))
         result["metrics"].update(eval_metrics)
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
-    log_to_mlflow(result["metrics"], table, spec, result.pop("artifacts", []), result.pop("tables", {}))
+    tags = result.pop("tags", {})
+    if tags.get("posttrain.sandbox") == "unsandboxed":
+        print("posttrain: WARNING: this stage ran model-written code without a sandbox (allow_unsandboxed)", flush=True)
+    log_to_mlflow(result["metrics"], table, spec, result.pop("artifacts", []), result.pop("tables", {}), tags)
     write_json_atomic(ctx.output_dir / "result.json", result)
     return result
 

@@ -36,33 +36,44 @@ class EvalSpec(Strict):
 VERIFIER_REWARDS = {"math": "accuracy_math", "code": "code_exec", "ifeval": "ifeval_constraints"}
 
 
-def score_rows(rows: list[dict], completions: list[str]) -> list[float | None]:
+def score_rows(rows: list[dict], completions: list[str], counters: dict | None = None,
+               **math_options) -> list[float | None]:
     """Verifier score per (row, completion), by the row's verifier: math answers by math-verify,
     code by running its tests in the sandbox, instructions by their constraint checks. None where
-    the row cannot be judged (verifier "none", or an unparseable gold)."""
-    from stages.rewards import get_reward
+    the row cannot be judged (verifier "none", or an unparseable gold). `math_options` go to
+    `accuracy_math` (e.g. bare_answer=True for no-CoT probes); the verifiers' counters (timeouts,
+    errors, sandbox runs) are added to `counters` as `rewards/<name>/<counter>`."""
+    from stages.rewards import get_reward, reward_counter_metrics
 
     scores: list[float | None] = [None] * len(rows)
     for verifier, reward_name in VERIFIER_REWARDS.items():
         idx = [i for i, r in enumerate(rows) if r["verifier"] == verifier]
         if idx:
-            values = get_reward(reward_name)(completions=[completions[i] for i in idx],
-                                             answer=[rows[i]["answer"] for i in idx])
+            reward = get_reward(reward_name, **(math_options if verifier == "math" else {}))
+            values = reward(completions=[completions[i] for i in idx], answer=[rows[i]["answer"] for i in idx])
             for i, v in zip(idx, values):
                 scores[i] = v
+            if counters is not None:
+                for key, n in reward_counter_metrics([reward]).items():
+                    counters[key] = counters.get(key, 0.0) + n
     return scores
 
 
-def score_rewards(specs: list[RewardSpec], rows: list[dict], completions: list[str]) -> dict[str, float]:
-    """Each named reward's mean, std and None count, and the weighted combination's mean."""
-    from stages.rewards import combined, get_reward, reward_stats
+def score_rewards(specs: list[RewardSpec], rows: list[dict], completions: list[str],
+                  completion_ids: list[list[int]] | None = None, max_length: int | None = None) -> dict[str, float]:
+    """Each named reward's mean, std and None count, its counters, and the weighted combination's
+    mean. Length rewards measure `completion_ids` (tokens), as in training."""
+    from stages.rewards import combined, get_reward, reward_counter_metrics, reward_stats
 
     columns = {"answer": [r["answer"] for r in rows], "language": [r["language"] for r in rows]}
     prompts = [r["prompt"] for r in rows]
-    values = {s.name: get_reward(s.name, **s.params)(prompts=prompts, completions=completions, **columns) for s in specs}
+    rewards = [get_reward(s.name, max_length, **s.params) for s in specs]
+    values = {s.name: reward(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
+              for s, reward in zip(specs, rewards)}
     out: dict[str, float] = {}
     for name, v in values.items():
         out.update({f"eval/{k}": x for k, x in reward_stats(name, v).items()})
+    out.update(reward_counter_metrics(rewards, "eval/"))
     out["eval/rewards/combined/mean"] = _mean(combined(values, {s.name: s.weight for s in specs}))
     return out
 
@@ -84,9 +95,11 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     greedy = [c[0] for c in generate(model, tokenizer, prompts,
                                      SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size),
                                      progress=True)]
-    scores = score_rows(rows, greedy)
+    counters: dict[str, float] = {}
+    scores = score_rows(rows, greedy, counters)
     thinking = [split_thinking(c)[0] for c in greedy]
-    n_tokens = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    token_ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    n_tokens = lambda text: len(token_ids(text))  # noqa: E731
     metrics = {
         "eval/accuracy": _mean(scores),
         "eval/format_rate": _mean([1.0 if is_well_formed(c, answer_tags=spec.template == "r1_zero") else 0.0
@@ -96,8 +109,9 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
         "eval/unjudged": float(sum(s is None for s in scores)),
         "eval/n": float(len(rows)),
     }
+    metrics.update({f"eval/{k}": v for k, v in counters.items()})
     if spec.rewards:
-        metrics.update(score_rewards(spec.rewards, rows, greedy))
+        metrics.update(score_rewards(spec.rewards, rows, greedy, [token_ids(c) for c in greedy], spec.max_new_tokens))
     if spec.samples:
         sampled = generate(model, tokenizer, prompts, SamplingSpec(
             max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,

@@ -47,6 +47,8 @@ class GRPOConfig(StageBase, TrainingKnobs):
                                         "steps (R1: 400); needs beta > 0")
     dynamic_sampling: bool | None = None
     dynamic_sampling_max_rounds: int = Field(4, ge=1, description="rollout rounds per step at most")
+    dynamic_sampling_by: Literal["reward", "accuracy"] = Field(
+        "reward", description="drop groups whose total reward is constant, or (DAPO) whose success reward is all 0 or all 1")
     mask_truncated: bool | None = Field(None, description="drop truncated completions from the loss")
     sampler: SamplerKind = "random"
     difficulty_key: Literal["difficulty", "pass_rate"] = Field(
@@ -88,33 +90,45 @@ class GRPOConfig(StageBase, TrainingKnobs):
     def semantic_errors(self) -> list[tuple[tuple, str]]:
         from stages.generation import vllm_unavailable
         from stages.rewards import check_reward_specs
+        from stages.rewards.earnable import unearnable
         from stages.templates import check_template
 
-        errors = [(("rewards",) + rel, msg) for rel, msg in check_reward_specs(self.rewards)]
+        errors = [(("rewards",) + rel, msg) for rel, msg in check_reward_specs(self.rewards, self.max_completion_length)]
         names = [r.name for r in self.rewards]
         if self.success_reward and self.success_reward not in names:
             errors.append((("success_reward",), f"{self.success_reward!r} is not one of this stage's rewards {names}"))
         if msg := check_template(self.template):
             errors.append((("template",), msg))
+        elif not errors:
+            errors += [(("rewards",) + rel, msg) for rel, msg in
+                       unearnable(self.rewards, self.template, self.max_completion_length)]
         if self.rollout != "hf":
             errors += [(("rollout",), msg) for msg in vllm_unavailable()]
+            if self.loss == "kimi_mirror_descent":
+                errors.append((("loss",), "kimi_mirror_descent does not apply TRL's vLLM importance-sampling "
+                               "correction; use rollout: hf, or a clipped loss (grpo, dr_grpo, dapo) with vLLM"))
         return errors
 
 
-def scheduled_reward(spec: RewardSpec):
-    """The registry reward, returning 0 before `spec.start_step` (TRL passes the trainer state)."""
+class Scheduled:
+    """A registry reward that returns 0 before `start_step` (TRL passes the trainer state). Picklable."""
+
+    def __init__(self, reward, start_step: int):
+        self.reward, self.start_step = reward, start_step
+        self.__name__, self.counters, self.tags = reward.__name__, reward.counters, reward.tags
+
+    def __call__(self, *args, trainer_state=None, **kwargs):
+        if trainer_state is not None and trainer_state.global_step < self.start_step:
+            return [0.0] * len(kwargs["completions"])
+        return self.reward(*args, **kwargs)
+
+
+def scheduled_reward(spec: RewardSpec, stage_max_length: int | None = None):
+    """The registry reward for `spec`, held at 0 before its `start_step`."""
     from stages.rewards import get_reward
 
-    fn = get_reward(spec.name, **spec.params)
-    if not spec.start_step:
-        return fn
-
-    def reward(*args, trainer_state=None, **kwargs):
-        if trainer_state is not None and trainer_state.global_step < spec.start_step:
-            return [0.0] * len(kwargs["completions"])
-        return fn(*args, **kwargs)
-    reward.__name__ = spec.name
-    return reward
+    fn = get_reward(spec.name, stage_max_length, **spec.params)
+    return Scheduled(fn, spec.start_step) if spec.start_step else fn
 
 
 def trl_config(cfg: GRPOConfig, ctx):
@@ -150,6 +164,7 @@ def run(cfg: GRPOConfig, ctx) -> dict:
 
     from stages.grpo_trainer import SAMPLER_STATE, PosttrainGRPOTrainer, RLOptions
     from stages.prompt_sampler import PromptSampler
+    from stages.rewards import reward_counter_metrics, reward_tags
     from stages.rl_curves import curve_metrics, plot_curves
     from stages.runtime import (last_checkpoint, load_stage_rows, lora_config, progress_callback, save_model,
                                 train_metrics)
@@ -166,9 +181,10 @@ def run(cfg: GRPOConfig, ctx) -> dict:
     names = [r.name for r in cfg.rewards]
     rl = RLOptions(sampler=sampler, success_reward=names.index(cfg.success_reward or names[0]), loss=cfg.loss,
                    tau=cfg.tau, dynamic_sampling=cfg.effective("dynamic_sampling"),
-                   max_rounds=cfg.dynamic_sampling_max_rounds)
+                   max_rounds=cfg.dynamic_sampling_max_rounds, dynamic_sampling_by=cfg.dynamic_sampling_by)
+    rewards = [scheduled_reward(r, cfg.max_completion_length) for r in cfg.rewards]
     trainer = PosttrainGRPOTrainer(model=model_dir, args=trl_config(cfg, ctx), train_dataset=dataset,
-                                   reward_funcs=[scheduled_reward(r) for r in cfg.rewards], processing_class=tokenizer,
+                                   reward_funcs=rewards, processing_class=tokenizer,
                                    peft_config=lora_config(cfg), callbacks=[progress_callback(ctx)], rl=rl)
     resume = last_checkpoint(ctx)
     if resume and (Path(resume) / SAMPLER_STATE).exists():
@@ -176,11 +192,11 @@ def run(cfg: GRPOConfig, ctx) -> dict:
     trainer.train(resume_from_checkpoint=resume)
     save_model(trainer, tokenizer, ctx)
     metrics = {**train_metrics(trainer, resume), "train/prompts": float(len(rows)),
-               **curve_metrics(trainer.state.log_history)}
+               **curve_metrics(trainer.state.log_history), **reward_counter_metrics(rewards, "train/")}
     artifacts = []
     if ctx.is_main and plot_curves(trainer.state.log_history, ctx.output_dir / "rl_curves.png"):
         artifacts.append("rl_curves.png")
-    return {"outputs": {"model": "model"}, "metrics": metrics, "artifacts": artifacts}
+    return {"outputs": {"model": "model"}, "metrics": metrics, "artifacts": artifacts, "tags": reward_tags(rewards)}
 
 
 def difficulty_order(cfg: GRPOConfig, rows: list[dict]) -> list[float] | None:

@@ -2,8 +2,9 @@
 
 - prompts come from a `PromptSampler` (random / curriculum / prioritized) at the moment a rollout
   batch is needed, and rollout outcomes feed its success table; its state goes into checkpoints;
-- DAPO's dynamic sampling: groups whose rewards are all equal are dropped and the batch is refilled
-  with fresh groups (at most `max_rounds` rollout rounds, then the best groups found are used);
+- DAPO's dynamic sampling: groups whose rewards (or, as DAPO does, whose accuracies) are all equal
+  are dropped and the batch is refilled with fresh groups (at most `max_rounds` rollout rounds; then
+  zero-variance groups fill the rest, masked out of the loss so they dilute nothing);
 - Kimi k1.5's mirror-descent loss (`stages.rl_losses.kimi_mirror_descent_loss`);
 - rollout and training throughput and an accuracy metric in every logged step.
 
@@ -35,6 +36,7 @@ class RLOptions:
     tau: float = 0.1
     dynamic_sampling: bool = False
     max_rounds: int = 4
+    dynamic_sampling_by: str = "reward"  # "reward": total reward constant; "accuracy": success all 0 or all 1
 
 
 def concat_groups(parts: list[dict], pad_id: int) -> dict:
@@ -55,6 +57,10 @@ def concat_groups(parts: list[dict], pad_id: int) -> dict:
     for key in ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"):
         if key in parts[0]:
             out[key] = stack(key, False)
+    if "importance_sampling_ratio" in parts[0]:  # vLLM's correction: (B, T) per token, or (B, 1) per sequence
+        per_sequence = parts[0]["importance_sampling_ratio"].shape[1] == 1
+        out["importance_sampling_ratio"] = (torch.cat([p["importance_sampling_ratio"] for p in parts]) if per_sequence
+                                            else stack("importance_sampling_ratio", False, 1.0))
     unsupported = set(parts[0]) - set(out) - {"num_items_in_batch"}
     if unsupported:
         raise NotImplementedError(f"dynamic sampling cannot merge rollout fields {sorted(unsupported)}")
@@ -71,6 +77,7 @@ class PosttrainGRPOTrainer(GRPOTrainer):
         self.rl = rl
         self._rollout_s = 0.0
         self._step_tokens = 0.0
+        self._local_success: torch.Tensor | None = None  # this rank's success column of the last rollout
 
     # ---- prompts: drawn from the sampler when a rollout batch is needed --------------------------
     def _draw_rows(self, n_local: int) -> list[dict]:
@@ -97,34 +104,52 @@ class PosttrainGRPOTrainer(GRPOTrainer):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # gathered
         if self.model.training:
             success = rewards[:, self.rl.success_reward]
+            rank = self.accelerator.process_index
+            self._local_success = success[rank * len(prompts):(rank + 1) * len(prompts)]
             self.rl.sampler.update(gather_object([x["_index"] for x in inputs]), success.tolist())
             self._metrics["train"]["accuracy"].append(torch.nanmean(success).item())
         return rewards
 
     # ---- DAPO dynamic sampling ----------------------------------------------------------------
-    def _refill_informative(self, batch: dict, n_local: int) -> dict:
-        """Keep groups with reward variance; roll out fresh groups until every rank has `n_local`
-        of them or `max_rounds` is reached (all ranks run the same number of rounds, as rollouts
-        are collective). Zero-variance groups fill whatever is left, contributing no gradient."""
+    def _informative(self, batch: dict) -> torch.Tensor:
+        """One bool per local group: does it carry a gradient (by reward), or (by accuracy, as
+        DAPO) are its successes neither all 0 nor all 1."""
         G = self.num_generations
-        parts, informative = [batch], [~zero_variance_groups(batch["advantages"], G)]
+        by_reward = ~zero_variance_groups(batch["advantages"], G)
+        if self.rl.dynamic_sampling_by != "accuracy" or self._local_success is None:
+            return by_reward
+        success = torch.nan_to_num(self._local_success.to(by_reward.device), nan=0.0).view(-1, G)
+        mixed = (success.max(dim=1).values > success.min(dim=1).values)
+        return mixed & by_reward
+
+    def _refill_informative(self, batch: dict, n_local: int) -> dict:
+        """Keep informative groups; roll out fresh groups until every rank has `n_local` of them or
+        `max_rounds` is reached (all ranks run the same number of rounds, as rollouts are collective).
+        Zero-variance groups fill whatever is left with their completion mask zeroed, so they count
+        neither in the loss nor in DAPO's token-level divisor."""
+        G = self.num_generations
+        parts, informative = [batch], [self._informative(batch)]
         rounds = 1
-        while rounds < self.rl.max_rounds:
+        while True:
             have = torch.stack([m.sum() for m in informative]).sum().view(1)
-            if self.accelerator.gather(have).min().item() >= n_local:
+            enough = self.accelerator.gather(have).min().item() >= n_local
+            if enough or rounds >= self.rl.max_rounds:
                 break
             more = super()._generate_and_score_completions(self._draw_rows(n_local))
             parts.append(more)
-            informative.append(~zero_variance_groups(more["advantages"], G))
+            informative.append(self._informative(more))
             rounds += 1
         merged = concat_groups(parts, self.processing_class.pad_token_id)
         flags = torch.cat(informative)
         order = torch.cat([flags.nonzero().view(-1), (~flags).nonzero().view(-1)])[:n_local]
         rows = (order.view(-1, 1) * G + torch.arange(G, device=order.device)).view(-1)
         out = select_rows(merged, rows)
+        filler = (~flags[order]).repeat_interleave(G)
+        out["completion_mask"] = out["completion_mask"] * (~filler).unsqueeze(1).to(out["completion_mask"].dtype)
         local_tokens = out["completion_mask"].sum().float().view(1)
         out["num_items_in_batch"] = self.accelerator.gather(local_tokens).sum()
         self._metrics["train"]["dynamic_sampling/rounds"].append(float(rounds))
+        self._metrics["train"]["dynamic_sampling/cap_hit"].append(float(not enough))
         self._metrics["train"]["dynamic_sampling/informative_frac"].append(flags[order].float().mean().item())
         return out
 

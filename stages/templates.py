@@ -45,3 +45,20 @@ def with_instruction(messages: list[dict], instruction: str, sep: str = "\n\n") 
     out = [dict(m) for m in messages]
     out[-1]["content"] = f"{out[-1]['content']}{sep}{instruction}"
     return out
+
+
+def uses_answer_tags(template: str) -> bool:
+    """Whether the template asks for the answer inside <answer> ... </answer> (R1-Zero's style)."""
+    return "<answer>" in TEMPLATES.get(template, template)
+
+
+def reference_completion(template: str, answer: str | None = None, code: str | None = None) -> str:
+    """A correct completion laid out as the template asks: thinking in <think>, then the answer in
+    <answer> tags (R1-Zero style) or boxed (chat templates), or a fenced code block. Validation
+    scores it with a stage's rewards to prove the stage can earn them."""
+    tags = uses_answer_tags(template)
+    if code is not None:
+        body = f"```python\n{code}\n```"
+    else:
+        body = answer if tags else f"The answer is $\\boxed{{{answer}}}$."
+    return "<think>\nLet me work it out step by step.\n</think>\n" + (f"<answer> {body} </answer>" if tags else f"\n{body}")

@@ -214,10 +214,10 @@ def _children() -> set[int]:
 
 
 def test_adversarial_answers_time_out_score_zero_and_leave_no_process():
-    from stages.rewards.math import accuracy_math
+    from stages.rewards.math import AccuracyMath
     import time
 
-    reward = accuracy_math(timeout_s=2.0, workers=2)
+    reward = AccuracyMath(timeout_s=2.0, workers=2)
     adversarial = ["\\boxed{2^{2^{2^{100}}}}", "\\boxed{" + "9" * 1_000_000 + "}",
                    "\\boxed{" + "{" * 3000 + "1" + "}" * 3000 + "}", "\\boxed{\\frac{1}{", "\\boxed{" + "(" * 500 + "}",
                    "\\boxed{10^{10^{10^{10}}}!}"]

@@ -1,68 +1,61 @@
 """Rewards and verifiers behind a name registry.
 
-`get_reward(name, **params)` returns a function with TRL's reward signature,
+`get_reward(name, **params)` returns a picklable callable with TRL's reward signature,
 `f(prompts, completions, **columns) -> list[float | None]`: completions are strings or chat
-messages, the gold answer arrives as the `answer` column, and None means "cannot judge".
+messages, the gold answer arrives as the `answer` column, and None means "cannot judge". Each
+reward keeps `counters` (timeouts, errors, None answers, sandbox runs) and `tags` for the stage's
+MLflow run (`reward_counter_metrics`, `reward_tags`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from stages.rewards.base import Reward, completion_text
+from stages.rewards.code import CodeExec
+from stages.rewards.format import FormatTags, FormatThink
+from stages.rewards.ifeval import IfevalConstraints
+from stages.rewards.language import LanguageConsistency
+from stages.rewards.length import CosineLength, LengthKimi, OverlongDapo, Repetition
+from stages.rewards.math import AccuracyMath
+from stages.rewards.sandbox import SandboxUnavailable
 
-from stages.rewards import code, ifeval, language, length
-from stages.rewards import format as format_rewards
-from stages.rewards import math as math_rewards
+REWARDS: dict[str, type[Reward]] = {cls.name: cls for cls in (
+    AccuracyMath, FormatThink, FormatTags, LanguageConsistency, LengthKimi, OverlongDapo, CosineLength,
+    Repetition, CodeExec, IfevalConstraints)}
 
-RewardFn = Callable[..., list]
-
-REWARDS: dict[str, Callable[..., RewardFn]] = {
-    "accuracy_math": math_rewards.accuracy_math,
-    "format_think": format_rewards.format_think,
-    "language_consistency": language.language_consistency,
-    "length_kimi": length.length_kimi,
-    "overlong_dapo": length.overlong_dapo,
-    "cosine_length": length.cosine_length,
-    "repetition": length.repetition,
-    "code_exec": code.code_exec,
-    "ifeval_constraints": ifeval.ifeval_constraints,
-}
+__all__ = ["REWARDS", "Reward", "completion_text", "get_reward", "check_reward", "reward_stats", "combined"]
 
 
-def get_reward(name: str, **params) -> RewardFn:
+def get_reward(name: str, stage_max_length: int | None = None, **params) -> Reward:
+    """The reward `name` built with `params`; a length parameter left unset takes `stage_max_length`."""
     if name not in REWARDS:
         raise KeyError(f"unknown reward {name!r}; known: {sorted(REWARDS)}")
-    fn = REWARDS[name](**params)
-    fn.__name__ = name  # TRL names the per-reward metrics after the function
-    return fn
+    cls = REWARDS[name]
+    if cls.length_param and params.get(cls.length_param) is None and stage_max_length:
+        params = {**params, cls.length_param: stage_max_length}
+    return cls(**params)
 
 
-def check_reward(name: str, params: dict) -> str | None:
-    """None if `name(**params)` would build a reward, else the reason it would not."""
-    import inspect
-
+def check_reward(name: str, params: dict, stage_max_length: int | None = None) -> str | None:
+    """None if the reward builds with `params` (for a stage whose completions are capped at
+    `stage_max_length` tokens), else the reason it would not."""
     if name not in REWARDS:
         return f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}"
     try:
-        inspect.signature(REWARDS[name]).bind(**params)
-    except TypeError as e:
+        reward = get_reward(name, stage_max_length, **params)
+    except (TypeError, ValueError, SandboxUnavailable) as e:
         return f"reward {name}: {e}"
+    if stage_max_length and isinstance(reward, OverlongDapo) and (msg := reward.reachable(stage_max_length)):
+        return f"reward {name}: {msg}"
     return None
 
 
-def check_reward_specs(specs) -> list[tuple[tuple, str]]:
+def check_reward_specs(specs, stage_max_length: int | None = None) -> list[tuple[tuple, str]]:
     """(path under the list, message) for every RewardSpec that names no reward or has bad params."""
     errors = []
     for j, spec in enumerate(specs):
-        if msg := check_reward(spec.name, spec.params):
+        if msg := check_reward(spec.name, spec.params, stage_max_length):
             errors.append(((j, "name" if "unknown reward" in msg else "params"), msg))
     return errors
-
-
-def completion_text(completion) -> str:
-    """The assistant text of a completion given as a string or as chat messages."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(m.get("content", "") for m in completion if m.get("role", "assistant") == "assistant")
 
 
 def reward_stats(name: str, values: list) -> dict[str, float]:
@@ -72,6 +65,15 @@ def reward_stats(name: str, values: list) -> dict[str, float]:
     std = (sum((v - mean) ** 2 for v in judged) / len(judged)) ** 0.5 if judged else 0.0
     return {f"rewards/{name}/mean": mean, f"rewards/{name}/std": std,
             f"rewards/{name}/none": float(len(values) - len(judged))}
+
+
+def reward_counter_metrics(rewards, prefix: str = "") -> dict[str, float]:
+    """Every reward's counters as metrics: `<prefix>rewards/<name>/<counter>`."""
+    return {f"{prefix}rewards/{r.__name__}/{k}": float(v) for r in rewards for k, v in r.counters.items()}
+
+
+def reward_tags(rewards) -> dict[str, str]:
+    return {k: v for r in rewards for k, v in r.tags.items()}
 
 
 def combined(rewards: dict[str, list], weights: dict[str, float]) -> list[float]:

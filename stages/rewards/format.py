@@ -1,8 +1,13 @@
-"""Format rewards: DeepSeek-R1's reasoning-in-<think> layout, and R1-Zero's <answer> tag style."""
+"""Format rewards: DeepSeek-R1's reasoning-in-<think> layout and R1-Zero's <answer> tag style
+(`format_think`, all or nothing), and a tag count with partial credit (`format_tags`) for shaping
+early RL on small models: each of <think>, </think> and, with answer tags, <answer>, </answer>
+that appears exactly once earns its share."""
 
 from __future__ import annotations
 
 import re
+
+from stages.rewards.base import Reward, completion_text
 
 THINK_THEN_ANSWER = re.compile(r"^\s*<think>(.*?)</think>\s*(\S.*)$", re.DOTALL)
 THINK_AND_ANSWER_TAGS = re.compile(r"^\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
@@ -25,9 +30,26 @@ def is_well_formed(text: str, answer_tags: bool = False) -> bool:
     return split_thinking(text)[0] is not None
 
 
-def format_think(answer_tags: bool = False):
-    from stages.rewards import completion_text
+class FormatThink(Reward):
+    name = "format_think"
+    accuracy = True  # a template-shaped answer must earn it, or the recipe's format reward is unreachable
 
-    def reward(prompts=None, completions=(), **_):
-        return [1.0 if is_well_formed(completion_text(c), answer_tags) else 0.0 for c in completions]
-    return reward
+    def __init__(self, answer_tags: bool = False):
+        super().__init__()
+        self.answer_tags = answer_tags
+
+    def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
+        return [1.0 if is_well_formed(completion_text(c), self.answer_tags) else 0.0 for c in completions]
+
+
+class FormatTags(Reward):
+    name = "format_tags"
+    accuracy = True
+
+    def __init__(self, answer_tags: bool = False):
+        super().__init__()
+        self.tags_counted = ["<think>", "</think>"] + (["<answer>", "</answer>"] if answer_tags else [])
+
+    def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
+        share = 1.0 / len(self.tags_counted)
+        return [sum(share for tag in self.tags_counted if completion_text(c).count(tag) == 1) for c in completions]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 
+from stages.rewards.base import Reward, completion_text
 from stages.rewards.format import split_thinking
 from stages.rewards.language import consistency
 
@@ -46,16 +47,19 @@ def check_constraints(response: str, constraints: list[dict]) -> float:
     return sum(bool(CHECKS[c["type"]](response, c)) for c in constraints) / len(constraints)
 
 
-def ifeval_constraints():
-    from stages.rewards import completion_text
+class IfevalConstraints(Reward):
+    name = "ifeval_constraints"
 
-    def reward(prompts=None, completions=(), answer=(), **_):
-        out = []
+    def __init__(self):
+        super().__init__("unjudged")
+
+    def __call__(self, prompts=None, completions=(), answer=(), **_) -> list[float | None]:
+        out: list[float | None] = []
         for c, spec in zip(completions, answer):
             if not spec:
+                self.counters["unjudged"] += 1
                 out.append(None)
                 continue
             _, response = split_thinking(completion_text(c))
             out.append(check_constraints(response, json.loads(spec)))
         return out
-    return reward

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from stages.rewards.base import Reward, completion_text
 from stages.rewards.format import split_thinking
 
 SCRIPTS = {
@@ -36,8 +37,10 @@ NEUTRAL = [
     re.compile(r"`[^`\n]*`"),  # inline code
     re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$|\\\(.*?\\\)|\\\[.*?\\\]", re.DOTALL),  # math
     re.compile(r"\\[A-Za-z]+"),  # stray LaTeX commands such as \frac outside $...$
-    re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\([^)]*\)"),  # calls like f(x) or print(a)
-    re.compile(r"\b\w*[_\d]\w*\b"),  # identifiers with digits or underscores, numbers
+    re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\([^)]*\)", re.ASCII),  # calls like f(x) or print(a)
+    # identifiers with digits or underscores, and numbers: ASCII only, so the digits in
+    # "我们有3个苹果" are dropped but the Han characters around them still count
+    re.compile(r"\b[A-Za-z0-9_]*[_0-9][A-Za-z0-9_]*\b", re.ASCII),
 ]
 
 
@@ -62,22 +65,24 @@ def consistency(text: str, language: str) -> float | None:
     return sum(n for s, n in counts.items() if s in scripts) / total
 
 
-def language_consistency(language: str | None = None, thinking_only: bool = True):
+class LanguageConsistency(Reward):
     """Reward = consistency of the thinking (or the whole completion) with the target language,
     taken from the recipe (`language`) or else from the row's `language` column."""
-    from stages.rewards import completion_text
+    name = "language_consistency"
 
-    if language is not None and language not in LANGUAGE_SCRIPTS:
-        raise ValueError(f"language_consistency: unsupported language {language!r}")
+    def __init__(self, language: str | None = None, thinking_only: bool = True):
+        super().__init__()
+        if language is not None and language not in LANGUAGE_SCRIPTS:
+            raise ValueError(f"language_consistency: unsupported language {language!r}")
+        self.language, self.thinking_only = language, thinking_only
 
-    def reward(prompts=None, completions=(), **columns):
+    def __call__(self, prompts=None, completions=(), **columns) -> list[float | None]:
         langs = columns.get("language") or [None] * len(completions)
         out = []
         for c, row_lang in zip(completions, langs):
             text = completion_text(c)
-            if thinking_only:
+            if self.thinking_only:
                 thinking, _ = split_thinking(text)
                 text = thinking if thinking is not None else text
-            out.append(consistency(text, language or row_lang or "en"))
+            out.append(consistency(text, self.language or row_lang or "en"))
         return out
-    return reward

@@ -1,9 +1,19 @@
 """Math answer checking with math-verify.
 
-Departures from peers, on purpose: the gold answer always goes first (`verify(gold, pred)` is not
-symmetric), and a gold answer that cannot be parsed makes the sample unjudgeable (None) instead of
-scoring 1.0. math-verify's own timeouts use signal.alarm, which fails outside the main thread, so
-they are switched off here.
+Departures from peers, on purpose:
+- The gold answer always goes first (`verify(gold, pred)` is not symmetric).
+- A gold answer that cannot be judged makes the sample unjudgeable (None), never 1.0: one that
+  math-verify only returns as a raw string, and one written in words (`forty two`, `none`, `yes`),
+  which math-verify would read as a product of one-letter symbols, so that `\\boxed{neon}` would
+  match `none`. A gold counts as words when, LaTeX commands aside, it holds a run of two or more
+  letters that is not a function, constant or unit name; so implicit products such as `ab` are
+  unjudged too (write `a b` or `a \\cdot b`).
+- math-verify's own timeouts use signal.alarm, which fails outside the main thread; they are
+  switched off and the pool (stages/rewards/pool.py) enforces a hard per-sample timeout instead.
+
+Where the answer is read from follows the template: `answer_tags` reads the last
+`<answer>...</answer>` block (R1-Zero), `after_think` only the text after `</think>` (unfinished
+thinking scores 0), `bare_answer` the whole short reply when it has no `\\boxed{}` (no-CoT probes).
 """
 
 from __future__ import annotations
@@ -13,7 +23,17 @@ import re
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from stages.rewards.base import Reward, completion_text
+
 ANSWER_IS = re.compile(r"answer is[:\s]*\$?([^\n$]+?)\$?\s*\.?\s*$", re.IGNORECASE | re.MULTILINE)
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
+LETTER_RUN = re.compile(r"[A-Za-z]{2,}")
+MATH_WORDS = frozenset(
+    "sqrt sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh log ln lg exp pi infty inf oo floor ceil "
+    "max min gcd lcm mod det deg circ cm mm km kg mg ml hr hrs mph units dollars cents degrees meters inches "
+    "feet".split())
+BARE_ANSWER_MAX_CHARS = 40
 # We enforce our own limits; silence its "timeout is disabled" notice on every call.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 ANY_FORM = [LatexExtractionConfig(), ExprExtractionConfig()]
@@ -43,23 +63,51 @@ def extract_answer(text: str, answer_is_fallback: bool = True) -> str | None:
     return None
 
 
+def answer_region(text: str, answer_tags: bool = False, after_think: bool = False) -> str | None:
+    """The part of a completion the answer is read from; None when the template's place for it is
+    missing (no `</think>` with after_think, no `<answer>` block with answer_tags)."""
+    if after_think or answer_tags:
+        if "</think>" not in text:
+            return None
+        text = text.rsplit("</think>", 1)[1]
+    if answer_tags:
+        blocks = ANSWER_TAG.findall(text)
+        return blocks[-1] if blocks else None
+    return text
+
+
+def is_prose(gold: str) -> bool:
+    words = LETTER_RUN.findall(LATEX_COMMAND.sub(" ", gold))
+    return any(w.lower() not in MATH_WORDS for w in words)
+
+
 def parse_gold(gold: str):
-    """Parsed gold, or None when math-verify only got the raw string back (nothing it understood):
-    comparing raw strings would let a broken gold score 1.0 against an identical broken answer."""
+    """Parsed gold, or None when it cannot be judged: words rather than mathematics, or nothing
+    math-verify understood (comparing raw strings would let a broken gold score 1.0 against an
+    identical broken answer)."""
     gold = gold.replace("\\$", "").strip()  # currency: "\$5" is the number 5
+    if is_prose(gold):
+        return None
     text = gold if ("\\boxed" in gold or "$" in gold) else f"${gold}$"
     parsed = parse(text, extraction_config=ANY_FORM, parsing_timeout=None)
     return parsed if any(not isinstance(p, str) for p in parsed) else None
 
 
-def score_math(gold: str | None, completion: str, answer_is_fallback: bool = True) -> float | None:
-    """1.0 / 0.0 for a judged sample; None when the gold answer itself is missing or unparseable."""
+def score_math(gold: str | None, completion: str, answer_is_fallback: bool = True, answer_tags: bool = False,
+               after_think: bool = False, bare_answer: bool = False) -> float | None:
+    """1.0 / 0.0 for a judged sample; None when the gold answer itself is missing or cannot be judged."""
     if not gold:
         return None
     gold_parsed = parse_gold(str(gold))
     if gold_parsed is None:
         return None
-    answer = extract_answer(completion, answer_is_fallback)
+    region = answer_region(completion, answer_tags, after_think)
+    if region is None:
+        return 0.0
+    answer = extract_answer(region, answer_is_fallback)
+    if answer is None and (answer_tags or bare_answer):
+        bare = region.strip().rstrip(".")
+        answer = bare if 0 < len(bare) <= BARE_ANSWER_MAX_CHARS and "\n" not in bare else None
     if answer is None:
         return 0.0
     pred = parse(f"${answer}$", extraction_config=ANY_FORM, parsing_timeout=None)
@@ -81,28 +129,31 @@ def shared_pool(workers: int | None, timeout_s: float):
     return _POOLS[key]
 
 
-def accuracy_math(answer_is_fallback: bool = True, timeout_s: float = 5.0, workers: int | None = None,
-                  pooled: bool = True):
+class AccuracyMath(Reward):
     """1.0 when the completion's final answer equals the gold `answer`, else 0.0; None if unjudgeable.
 
     With `pooled` (the default), samples are scored in worker processes with a hard per-sample
-    timeout; a timed-out sample scores 0.0 and is counted in `reward.counters["timeouts"]`.
+    timeout: a timed-out sample scores 0.0, a sample whose scoring raised gets None; both are
+    counted (`counters`: timeouts, errors, unjudged).
     """
-    from stages.rewards import completion_text
+    name = "accuracy_math"
+    accuracy = True
 
-    counters = {"timeouts": 0, "unjudged": 0}
+    def __init__(self, answer_is_fallback: bool = True, answer_tags: bool = False, after_think: bool = False,
+                 bare_answer: bool = False, timeout_s: float = 5.0, workers: int | None = None, pooled: bool = True):
+        super().__init__("timeouts", "errors", "unjudged")
+        self.options = (answer_is_fallback, answer_tags, after_think, bare_answer)
+        self.timeout_s, self.workers, self.pooled = timeout_s, workers, pooled
 
-    def reward(prompts=None, completions=(), answer=(), **_):
-        items = [(g, completion_text(c), answer_is_fallback) for g, c in zip(answer, completions)]
-        if pooled:
-            pool = shared_pool(workers, timeout_s)
-            before = pool.timeouts
-            scores = pool.map(items, on_timeout=0.0, on_error=0.0)
-            counters["timeouts"] += pool.timeouts - before
+    def __call__(self, prompts=None, completions=(), answer=(), **_) -> list[float | None]:
+        items = [(g, completion_text(c), *self.options) for g, c in zip(answer, completions)]
+        if self.pooled:
+            pool = shared_pool(self.workers, self.timeout_s)
+            timeouts, errors = pool.timeouts, pool.errors
+            scores = pool.map(items, on_timeout=0.0, on_error=None)
+            self.counters["timeouts"] += pool.timeouts - timeouts
+            self.counters["errors"] += pool.errors - errors
         else:
             scores = [score_math(*item) for item in items]
-        counters["unjudged"] += sum(s is None for s in scores)
+        self.counters["unjudged"] += sum(s is None for s in scores)
         return scores
-
-    reward.counters = counters
-    return reward

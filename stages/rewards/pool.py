@@ -5,8 +5,11 @@ with a million digits), and its own timeouts use signal.alarm, which only works 
 So scoring runs in worker processes, each with an address-space limit; the parent hands out small
 chunks, and each worker streams back one result per sample. If a sample runs past the timeout its
 worker is SIGKILLed and replaced, the sample scores the timeout value, and the rest of its chunk
-goes back in the queue. Workers come from a forkserver, so a replacement costs a fork, not an
-interpreter start, and the pool is safe to use from any thread.
+goes back in the queue. A sample whose scoring raised gets the error value (None for rewards:
+"cannot judge", never a silent 0.0) and is counted. Workers that keep dying before they answer
+anything mean the pool cannot work at all: that raises PoolBroken instead of scoring. Workers come
+from a forkserver, so a replacement costs a fork, not an interpreter start, and the pool is safe to
+use from any thread.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 
 MEMORY_LIMIT_BYTES = 4 << 30
+MAX_SILENT_DEATHS = 5  # workers in a row that died without returning a single result
+
+
+class PoolBroken(RuntimeError):
+    """The scoring workers cannot start or die before scoring anything."""
 
 
 def _worker(conn, fn: Callable, memory_limit: int) -> None:
@@ -75,7 +83,7 @@ class ScoringPool:
         conn.close()
         self._workers[i] = self._spawn()
 
-    def map(self, items: list[tuple], on_timeout=0.0, on_error=0.0) -> list:
+    def map(self, items: list[tuple], on_timeout=0.0, on_error=None) -> list:
         """fn(*item) for every item, in order; `on_timeout` / `on_error` where a sample failed."""
         with self._lock:
             while len(self._workers) < self.size:
@@ -86,6 +94,7 @@ class ScoringPool:
             pending = [deque() for _ in self._workers]  # indices each worker still owes
             started = [0.0] * len(self._workers)  # when its current sample began
             remaining = len(items)
+            silent_deaths = 0
             while remaining:
                 for w, owed in enumerate(pending):
                     if not owed and todo:
@@ -108,11 +117,17 @@ class ScoringPool:
                                     self.errors += 1
                                     value = on_error
                                 results[index] = value
+                                silent_deaths = 0
                                 now = time.monotonic()
                                 self.durations[index] = now - started[w]
                                 remaining -= 1
                                 started[w] = now
                         except (EOFError, OSError):  # the worker died (the OOM killer, say)
+                            silent_deaths += 1
+                            if silent_deaths >= MAX_SILENT_DEATHS:
+                                raise PoolBroken(f"{silent_deaths} scoring workers in a row died before "
+                                                 f"returning anything (running {self.fn.__module__}."
+                                                 f"{self.fn.__name__})") from None
                             index = pending[w].popleft()
                             results[index] = on_error
                             self.errors += 1

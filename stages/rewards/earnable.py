@@ -1,0 +1,40 @@
+"""Can a stage earn its rewards? Validation renders a correct answer in the stage template's format
+(stages.templates.reference_completion) and scores it with every accuracy-type reward; one that
+stays below its maximum can never be earned, whatever the policy learns. This catches a template
+and a reward that disagree on where the answer goes (R1-Zero's <answer> tags read by a reward that
+looks for \\boxed{}), before any compute is spent."""
+
+from __future__ import annotations
+
+import json
+
+from stages.rewards import get_reward
+from stages.templates import reference_completion
+
+PROBE_GOLD = "42"
+PROBE_CODE = "def answer():\n    return 42"
+PROBE_TESTS = json.dumps({"tests": ["assert answer() == 42"]})
+
+
+def probe(name: str, template: str) -> tuple[str, str]:
+    """(completion, gold column) of a correct sample for reward `name` under `template`."""
+    if name == "code_exec":
+        return reference_completion(template, code=PROBE_CODE), PROBE_TESTS
+    return reference_completion(template, answer=PROBE_GOLD), PROBE_GOLD
+
+
+def unearnable(specs, template: str, stage_max_length: int | None = None) -> list[tuple[tuple, str]]:
+    """(path under the reward list, message) for every accuracy-type reward that a correct,
+    template-shaped completion does not max out."""
+    errors = []
+    for j, spec in enumerate(specs):
+        reward = get_reward(spec.name, stage_max_length, **spec.params)
+        if not reward.accuracy:
+            continue
+        completion, gold = probe(spec.name, template)
+        value = reward(prompts=["probe"], completions=[completion], answer=[gold], language=["en"])[0]
+        if value is None or value < reward.max_value:
+            errors.append(((j, "params"), f"reward {spec.name} {spec.params or ''} cannot be earned with template "
+                           f"{template!r}: a correct answer in that format scores {value}, not {reward.max_value} "
+                           f"(answer checked: {completion!r})"))
+    return errors
