@@ -118,7 +118,8 @@ class PosttrainGRPOTrainer(GRPOTrainer):
         by_reward = ~zero_variance_groups(batch["advantages"], G)
         if self.rl.dynamic_sampling_by != "accuracy" or self._local_success is None:
             return by_reward
-        success = torch.nan_to_num(self._local_success.to(by_reward.device), nan=0.0).view(-1, G)
+        # success clamped to [0, 1], as the sampler reads it: 1 = solved
+        success = torch.nan_to_num(self._local_success.to(by_reward.device), nan=0.0).clamp(0, 1).view(-1, G)
         mixed = (success.max(dim=1).values > success.min(dim=1).values)
         return mixed & by_reward
 

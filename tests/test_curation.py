@@ -178,3 +178,30 @@ def test_curated_rl_chains_decontaminate_difficulty_filter_and_grpo(tmp_path):
     kept = home / "stages" / "curated_rl"
     kept_rows = [json.loads(line) for p in kept.glob("difficulty-*/kept.jsonl") for line in open(p)]
     assert kept_rows and all(0 < r["pass_rate"] < 1 for r in kept_rows)
+
+
+def test_no_cot_filter_removes_a_prompt_the_model_answers_without_reasoning(tmp_path):
+    """SmolLM2 answers "12 + 7 = 19" with no reasoning: that prompt is guessable and goes; a
+    competition-style one it cannot answer bare stays."""
+    from data_curation.schema import make_row
+    from pipeline.models import ensure_named_model
+
+    model = str(ensure_named_model("smollm2-135m-instruct"))
+    rows = [make_row(id="easy", question="What is 12 + 7?", answer="19", verifier="math", solution=None, source="t"),
+            make_row(id="hard", question="Compute the number of positive divisors of 2^{10} \\cdot 3^{7} \\cdot 5^{3} "
+                     "minus 17.", answer="335", verifier="math", solution=None, source="t")]
+    report = curate(_cfg("no_cot_filter", model=model, tries=4, temperature=0.3, max_new_tokens=24), rows, tmp_path, model)
+    assert report["removed"] == {"guessable_without_cot": 1}
+    removed = [json.loads(line) for line in open(tmp_path / "removed.jsonl")]
+    assert [r["id"] for r in removed] == ["easy"] and removed[0]["evidence"]["correct_tries"] >= 1
+    assert [json.loads(line)["id"] for line in open(tmp_path / "kept.jsonl")] == ["hard"]
+
+
+def test_coverage_is_the_share_of_an_items_tokens_inside_shared_ngrams():
+    from data_curation.decontaminate import token_coverage
+
+    item = word_ngrams("a b c d e f g h i j", 3)  # 10 words, 8 trigrams
+    assert token_coverage(item, {("a", "b", "c")}, 3) == pytest.approx(0.3)
+    # two overlapping trigrams cover 4 words; counting distinct n-grams would have said 2 / 8
+    assert token_coverage(item, {("a", "b", "c"), ("b", "c", "d")}, 3) == pytest.approx(0.4)
+    assert token_coverage(item, set(item), 3) == 1.0

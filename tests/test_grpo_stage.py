@@ -155,8 +155,13 @@ def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path):
     import mlflow
 
     home = tmp_path / "home"
+    # format_tags gives partial credit, so the random tiny model earns some reward in some groups:
+    # ranks refill at different rates and the collective rounds are really exercised
+    rewards = ("[{name: accuracy_math, params: {answer_tags: true}}, {name: format_think, params: {answer_tags: true}}, "
+               "{name: format_tags, params: {answer_tags: true}}]")
     proc = run_cli("run", "r1_zero", "--profile", "tiny", "--set", "stages.zero_rl.launcher={mode: deepspeed, ranks: 2}",
                    "--set", "stages.zero_rl.loss=dapo", "--set", "stages.zero_rl.sampler=prioritized",
+                   "--set", f"stages.zero_rl.rewards={rewards}", "--set", "eval=null",
                    "--set", "stages.zero_rl.max_steps=3", env_home=home, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
@@ -164,9 +169,13 @@ def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path):
                              "tags.`posttrain.stage` = 'zero_rl'")[0]
     log = next((home / "stages" / "r1_zero").glob("zero_rl-*/worker.log")).read_text()
     assert "dist_world_size=2" in log
-    # the random tiny model never earns a reward, so every step uses all 4 rounds and then gives up
-    rounds = client.get_metric_history(run.info.run_id, "dynamic_sampling/rounds")
-    assert [m.value for m in rounds] == [4.0, 4.0, 4.0]
+    history = {k: [m.value for m in client.get_metric_history(run.info.run_id, k)] for k in
+               ("dynamic_sampling/rounds", "dynamic_sampling/informative_frac", "dynamic_sampling/cap_hit",
+                "rewards/format_tags/mean")}
+    assert max(history["rewards/format_tags/mean"]) > 0  # reward was earned...
+    assert max(history["dynamic_sampling/informative_frac"]) > 0  # ...so informative groups were kept
+    assert len(history["dynamic_sampling/rounds"]) == 3 and max(history["dynamic_sampling/rounds"]) > 1  # refills ran
+    assert set(history["dynamic_sampling/cap_hit"]) <= {0.0, 1.0}
 
 
 def test_prompt_templates():
@@ -182,3 +191,48 @@ def test_prompt_templates():
         "User: What is 2 + 2?. Assistant:")
     assert render_prompt("Q: {prompt}\nA:", row) == "Q: What is 2 + 2?\nA:"
     assert "unknown template" in check_template("plain")
+
+
+def test_fillers_are_masked_out_of_the_token_divisor(tiny_model, tmp_path):
+    def one_easy_group(completions, _index, **_):  # only prompt 4's group ever has variance
+        return [float(len(str(c)) % 2) if i == 4 else 1.0 for c, i in zip(completions, _index)]
+    trainer = _trainer(tiny_model, tmp_path, one_easy_group, max_rounds=3)
+    batch = trainer._generate_and_score_completions([{}] * 4)
+    assert trainer._metrics["train"]["dynamic_sampling/cap_hit"][-1] == 1.0
+    informative = ~(batch["advantages"].view(2, 2) == 0).all(dim=1)
+    mask = batch["completion_mask"].view(2, 2, -1)
+    assert (mask[~informative].sum() == 0).item()  # filler groups carry no tokens into the loss
+    assert batch["num_items_in_batch"].item() == mask[informative].sum().item()
+
+
+def test_dynamic_sampling_by_accuracy_drops_groups_solved_all_or_nothing(tiny_model, tmp_path):
+    def graded(completions, _index, **_):  # varied reward, but a success of 1 for every completion
+        return [1.0 + (zlib.crc32(str(c).encode()) % 7) / 10 for c in completions]
+    trainer = _trainer(tiny_model, tmp_path, graded, max_rounds=2)
+    trainer.rl.dynamic_sampling_by = "accuracy"
+    trainer._generate_and_score_completions([{}] * 4)
+    assert trainer._metrics["train"]["dynamic_sampling/informative_frac"][-1] == 0.0
+    assert trainer._metrics["train"]["dynamic_sampling/rounds"][-1] == 2.0
+
+
+def test_vllm_importance_ratios_are_merged_by_dynamic_sampling():
+    import torch
+
+    from stages.grpo_trainer import concat_groups
+
+    def part(width, is_shape):
+        b = 2
+        return {"prompt_ids": torch.ones(b, 3, dtype=torch.long), "prompt_mask": torch.ones(b, 3, dtype=torch.long),
+                "completion_ids": torch.ones(b, width, dtype=torch.long),
+                "completion_mask": torch.ones(b, width, dtype=torch.long), "advantages": torch.zeros(b),
+                "importance_sampling_ratio": torch.full((b, width if is_shape == "token" else 1), 0.5)}
+    per_token = concat_groups([part(4, "token"), part(6, "token")], pad_id=0)
+    assert per_token["importance_sampling_ratio"].shape == (4, 6)
+    assert per_token["importance_sampling_ratio"][0, 4:].tolist() == [1.0, 1.0]  # padding is neutral
+    per_sequence = concat_groups([part(4, "sequence"), part(6, "sequence")], pad_id=0)
+    assert per_sequence["importance_sampling_ratio"].shape == (4, 1)
+
+
+def test_kimi_with_vllm_rollouts_is_refused():
+    with pytest.raises(RecipeError, match=r"stages\[0\]\.loss: kimi_mirror_descent does not apply"):
+        load_recipe("r1_zero", "tiny", ["stages.zero_rl.loss=kimi_mirror_descent", "stages.zero_rl.rollout=vllm_server"])

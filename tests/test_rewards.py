@@ -238,3 +238,123 @@ def test_adversarial_answers_time_out_score_zero_and_leave_no_process():
     alive = [pid for pid in spawned if os.path.exists(f"/proc/{pid}")
              and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
     assert alive == []
+
+
+# ---- reward integrity (each case below scored wrong before)
+
+@pytest.mark.parametrize("gold,completion", [("forty two", "\\boxed{two forty}"), ("none", "\\boxed{neon}"),
+                                             ("yes", "\\boxed{yes}"), ("twelve", "\\boxed{12}"),
+                                             ("\\text{no}", "\\boxed{on}")])
+def test_prose_golds_are_unjudged(gold, completion):
+    assert score_math(gold, completion) is None
+
+
+def test_gold_goes_first_on_an_asymmetric_pair():
+    from math_verify import parse, verify
+
+    gold, pred = "1,2", "1 < x < 2"
+    g, p = (parse(f"${x}$", parsing_timeout=None) for x in (gold, pred))
+    assert verify(p, g, timeout_seconds=None) and not verify(g, p, timeout_seconds=None)  # the pair is asymmetric
+    assert score_math(gold, f"\\boxed{{{pred}}}") == 0.0
+
+
+def test_answer_tags_read_the_last_answer_block():
+    tags = get_reward("accuracy_math", answer_tags=True, pooled=False)
+    completions = ["<think>2 + 2</think> <answer> 4 </answer>", "<think>x</think> <answer>\\boxed{4}</answer>",
+                   "<think>so \\boxed{4}</think> <answer>5</answer>", "<think>4</think> no tags: \\boxed{4}",
+                   "<answer>4</answer> <think>unfinished"]
+    assert tags(completions=completions, answer=["4"] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
+    plain = get_reward("accuracy_math", pooled=False)
+    assert plain(completions=completions[:1], answer=["4"]) == [0.0]  # why r1_zero needed the option
+
+
+def test_after_think_only_counts_the_answer_after_thinking():
+    reward = get_reward("accuracy_math", after_think=True, pooled=False)
+    completions = ["<think>maybe \\boxed{4}</think> The answer is \\boxed{4}.", "<think>so \\boxed{4}</think> I give up.",
+                   "<think>still thinking... \\boxed{4}"]
+    assert reward(completions=completions, answer=["4"] * 3) == [1.0, 0.0, 0.0]
+
+
+def test_a_scoring_error_is_none_and_counted_never_zero():
+    from stages.rewards.pool import ScoringPool
+
+    pool = ScoringPool(int, workers=1, timeout_s=5)  # int("x") raises ValueError in the worker
+    try:
+        assert pool.map([("x",), ("7",), ("y",)]) == [None, 7, None] and pool.errors == 2
+    finally:
+        pool.close()
+
+
+def test_a_pool_whose_workers_cannot_start_raises():
+    from stages.rewards.pool import PoolBroken, ScoringPool
+
+    pool = ScoringPool(os._exit, workers=1, timeout_s=5)  # every worker dies on its first sample
+    try:
+        with pytest.raises(PoolBroken):
+            pool.map([(1,)] * 8)
+    finally:
+        pool.close()
+
+
+def test_cjk_text_with_digits_stays_chinese():
+    reward = get_reward("language_consistency", language="zh")
+    assert reward(completions=["<think>我们有3个苹果和5个梨</think> 8"]) == [1.0]
+    assert get_reward("language_consistency", language="en")(completions=["<think>use x2 and var_1 here</think> 1"]) == [1.0]
+
+
+def test_repetition_counts_tokens_when_given_and_has_no_negative_zero():
+    reward = get_reward("repetition", ngram=3)
+    text = "一二三一二三一二三"  # no spaces: one "word"
+    assert reward(completions=[text]) == [0.0]
+    out = reward(completions=[text], completion_ids=[[1, 2, 3, 1, 2, 3, 1, 2, 3]])
+    assert out == [pytest.approx(-(1 - 3 / 7))]
+    clean = reward(completions=["a b c d e"])[0]
+    assert clean == 0.0 and str(clean) == "0.0"
+
+
+def test_overlong_defaults_to_the_stage_length_and_allows_a_hard_cutoff():
+    from stages.rewards import check_reward
+
+    assert get_reward("overlong_dapo", stage_max_length=256).max_len == 256
+    assert get_reward("overlong_dapo", stage_max_length=256).cache_len == 51
+    hard = get_reward("overlong_dapo", max_len=100, cache_len=0)
+    assert hard(completions=["x"], completion_ids=[[0] * 100, [0] * 101][:1]) == [0.0]
+    assert hard(completions=["x"], completion_ids=[[0] * 101]) == [-1.0]
+    assert "no rollout can reach it" in check_reward("overlong_dapo", {"max_len": 20480}, stage_max_length=256)
+    assert "never applies" in check_reward("overlong_dapo", {"max_len": 256, "cache_len": 0}, stage_max_length=256)
+    assert check_reward("overlong_dapo", {"max_len": 200, "cache_len": 0}, stage_max_length=256) is None
+
+
+def test_evaluation_measures_length_rewards_in_tokens():
+    from stages.common import RewardSpec
+    from stages.evaluate import score_rewards
+
+    rows = [{"prompt": [{"role": "user", "content": "q"}], "answer": "1", "language": "en"}] * 2
+    spec = [RewardSpec(name="overlong_dapo", params={"cache_len": 4})]
+    by_tokens = score_rewards(spec, rows, ["short", "short"], completion_ids=[[0] * 4, [0] * 8], max_length=8)
+    assert by_tokens["eval/rewards/overlong_dapo/mean"] == pytest.approx(-0.5)  # 0 and -1
+
+
+def test_format_tags_gives_partial_credit():
+    two, four = get_reward("format_tags"), get_reward("format_tags", answer_tags=True)
+    samples = ["<think>a</think> b", "<think>a b", "<think>a</think><think> b", "nothing",
+               "<think>a</think> <answer>b</answer>"]
+    assert two(completions=samples) == [1.0, 0.5, 0.5, 0.0, 1.0]  # a doubled <think> earns nothing
+    assert four(completions=samples) == [0.5, 0.25, 0.25, 0.0, 1.0]
+
+
+def test_every_shipped_recipe_can_earn_its_rewards():
+    from pipeline.recipe import list_recipes, load_recipe
+
+    for name in list_recipes():
+        load_recipe(name, "tiny")  # raises RecipeError when a reward cannot be earned
+
+
+def test_a_reward_the_template_cannot_earn_is_refused_with_its_path():
+    from pipeline.recipe import RecipeError, load_recipe
+
+    with pytest.raises(RecipeError) as e:
+        load_recipe("r1_zero", "tiny", ["stages.zero_rl.rewards=[{name: accuracy_math}]"])
+    assert "stages[0].rewards[0].params" in str(e.value) and "cannot be earned with template 'r1_zero'" in str(e.value)
+    with pytest.raises(RecipeError, match=r"eval\.rewards\[0\]"):
+        load_recipe("r1_zero", "tiny", ["eval.rewards=[{name: accuracy_math}]"])

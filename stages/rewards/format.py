@@ -52,4 +52,4 @@ class FormatTags(Reward):
 
     def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
         share = 1.0 / len(self.tags_counted)
-        return [sum(share for tag in self.tags_counted if completion_text(c).count(tag) == 1) for c in completions]
+        return [float(sum(share for tag in self.tags_counted if completion_text(c).count(tag) == 1)) for c in completions]
