@@ -29,7 +29,7 @@ def make_data(n_train: int, n_eval: int, seed: int = 0) -> tuple[list[dict], lis
 
     r = random.Random(seed)
     vocab = ["".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(r.randint(2, 9))) for _ in range(6000)]
-    text = lambda k: " ".join(r.choice(vocab) for _ in range(k))  # noqa: E731
+    text = lambda k: " ".join(r.choice(vocab) for _ in range(k))
     evals = load_rows("champ", "all") + load_rows("humaneval", "all")
     evals += [{"id": f"gen/{i}", "prompt": [{"role": "user", "content": text(r.randint(20, 60))}]}
               for i in range(n_eval - len(evals))]
@@ -89,6 +89,13 @@ def main() -> int:
     print("| --- | --- | --- | --- | --- |")
     for name, r in (("plain Python (sets of tuples)", p), ("posttrain (bulk hashed)", o)):
         print(f"| {name} | {r['seconds']:.2f} | {a.train / r['seconds']:,.0f} | {r['flagged']} | {r['max_rss_mb']:.0f} MB |")
+    from data_curation.schema import question_text
+    from data_curation.sources import load_rows
+
+    real = load_rows("champ", "all") + load_rows("humaneval", "all")
+    short = sum(len(question_text(r).split()) < a.ngram for r in real)
+    print(f"real benchmark items (CHAMP + HumanEval) with fewer than {a.ngram} words, which no {a.ngram}-gram "
+          f"can match: {short} of {len(real)}")
     same = p["digest"] == o["digest"]
     print(f"speed-up {p['seconds'] / o['seconds']:.2f}x; identical flagged rows: {'yes' if same else 'NO'}")
     return 0 if same else 1

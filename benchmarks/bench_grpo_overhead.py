@@ -84,7 +84,7 @@ def main() -> int:
 
     print(f"model {base} ({model_dir}); {a.steps} steps, G={cfg['G']}, {cfg['batch']} completions/step, "
           f"max {cfg['max_completion_length']} new tokens")
-    print(f"| plain TRL script | posttrain stage | ratio stage/plain | posttrain run (whole) | ratio run/plain |")
+    print("| plain TRL script | posttrain stage | ratio stage/plain | posttrain run (whole) | ratio run/plain |")
     print(f"| {plain_s:.1f} s | {stage_s:.1f} s | {stage_s / plain_s:.3f} | {pipeline_s:.1f} s | {pipeline_s / plain_s:.3f} |")
     return 0
 

@@ -130,7 +130,7 @@ def chunk_ngram_hashes(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray
 BARRIER = "\n\x00\n"  # between texts: a word of its own, so n-grams across texts match nothing real
 
 
-def chunk_hits(texts: list[str], n: int, members: "HashSet") -> tuple[np.ndarray, np.ndarray]:
+def chunk_hits(texts: list[str], n: int, members: HashSet) -> tuple[np.ndarray, np.ndarray]:
     """(row, hash) of the n-grams of `texts` whose hash is in `members`: the scan's fast path.
     Windows are not cut at text boundaries; the barrier word makes a crossing window a stray hit
     at worst, which the caller's exact check on the row's own words discards."""

@@ -31,7 +31,7 @@ def thinking_conclusion(thinking: str) -> str | None:
 
 
 def same_answer(a: str, b: str) -> bool:
-    norm = lambda s: s.replace(" ", "").replace("$", "").rstrip(".").lower()  # noqa: E731
+    norm = lambda s: s.replace(" ", "").replace("$", "").rstrip(".").lower()
     if norm(a) == norm(b):
         return True
     try:

@@ -47,9 +47,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from pipeline import runs
     import yaml
 
+    from pipeline import runs
     from pipeline.recipe import list_profiles, list_recipes, recipe_path
 
     print("recipes:")
@@ -74,6 +74,7 @@ def cmd_show(args) -> int:
 
 def cmd_serve(args) -> int:
     from prefect import serve
+
     from pipeline.flow import run_recipe
     from pipeline.recipe import list_recipes
 

@@ -42,7 +42,7 @@ def cmd_curate(args) -> int:
     if problems:
         print("refused:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
-    load = lambda s: load_rows(s.source, s.split, s.n, s.seed, s.params)  # noqa: E731
+    load = lambda s: load_rows(s.source, s.split, s.n, s.seed, s.params)
     data: DataSpec = cfg.data
     eval_rows = [r for s in cfg.eval_sets for r in load(s)] if kind == "decontaminate" else None
     model_dir = resolve_model(cfg.model) if getattr(cfg, "model", None) else None

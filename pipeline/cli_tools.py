@@ -58,7 +58,7 @@ def cmd_data_show(args) -> int:
 
 
 def cmd_data_list(args) -> int:
-    from data_curation.sources import ORIGINS, source_params, RESERVED
+    from data_curation.sources import ORIGINS, RESERVED, source_params
 
     for name, origin in ORIGINS.items():
         params = sorted(source_params(name) - RESERVED)

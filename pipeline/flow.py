@@ -22,8 +22,12 @@ from pathlib import Path
 from typing import Literal
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import (create_link_artifact, create_progress_artifact, create_table_artifact,
-                               update_progress_artifact)
+from prefect.artifacts import (
+    create_link_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 
 from data_curation.sources import source_fingerprint
 from pipeline import runs, tracking

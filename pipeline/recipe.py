@@ -18,8 +18,8 @@ from typing import Annotated, Union
 import yaml
 from pydantic import Field, ValidationError
 
-from pipeline.models import check_model_ref
 from data_curation.sources import check_data_spec
+from pipeline.models import check_model_ref
 from stages.common import Strict
 from stages.evaluate import EvalSpec
 from stages.registry import STAGE_CONFIGS

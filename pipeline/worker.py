@@ -76,11 +76,10 @@ def log_to_mlflow(metrics: dict, table: list[dict] | None, spec: dict, artifacts
 
 def run_spec(spec: dict) -> dict | None:
     """Train and evaluate one stage; returns the result on rank 0 (None on other ranks)."""
+    from pipeline.home import write_json_atomic
     from stages.evaluate import EvalSpec, evaluate
     from stages.registry import STAGE_CONFIGS, run_function
     from stages.runtime import StageContext, load_stage_rows
-
-    from pipeline.home import write_json_atomic
 
     # mlflow.end_run() (called by HF's callback when training ends) unsets MLFLOW_RUN_ID: keep it.
     spec.setdefault("mlflow_run_id", os.environ.get("MLFLOW_RUN_ID"))

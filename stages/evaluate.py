@@ -98,8 +98,8 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     counters: dict[str, float] = {}
     scores = score_rows(rows, greedy, counters)
     thinking = [split_thinking(c)[0] for c in greedy]
-    token_ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    n_tokens = lambda text: len(token_ids(text))  # noqa: E731
+    token_ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+    n_tokens = lambda text: len(token_ids(text))
     metrics = {
         "eval/accuracy": _mean(scores),
         "eval/format_rate": _mean([1.0 if is_well_formed(c, answer_tags=spec.template == "r1_zero") else 0.0

@@ -166,8 +166,14 @@ def run(cfg: GRPOConfig, ctx) -> dict:
     from stages.prompt_sampler import PromptSampler
     from stages.rewards import reward_counter_metrics, reward_tags
     from stages.rl_curves import curve_metrics, plot_curves
-    from stages.runtime import (last_checkpoint, load_stage_rows, lora_config, progress_callback, save_model,
-                                train_metrics)
+    from stages.runtime import (
+        last_checkpoint,
+        load_stage_rows,
+        lora_config,
+        progress_callback,
+        save_model,
+        train_metrics,
+    )
     from stages.templates import render_prompt
 
     model_dir = ctx.input("model")

@@ -43,7 +43,7 @@ class StageContext:
         return self.spec["inputs"][name]
 
 
-def load_stage_rows(data: dict, ctx: "StageContext | None" = None) -> list[dict]:
+def load_stage_rows(data: dict, ctx: StageContext | None = None) -> list[dict]:
     """Rows for a DataSpec as the flow resolved it: either {"path": jsonl} (an earlier stage's
     output) or a source spec. Rows skipped under `on_bad_rows: skip` are counted in the stage's
     metrics (`data/skipped_rows`) and the first few reasons printed to the worker log."""

@@ -38,8 +38,15 @@ def run(cfg: SFTConfig, ctx) -> dict:
     from trl import SFTConfig as TRLSFTConfig
     from trl import SFTTrainer
 
-    from stages.runtime import (last_checkpoint, load_stage_rows, lora_config, progress_callback,
-                                save_model, train_metrics, trainer_args)
+    from stages.runtime import (
+        last_checkpoint,
+        load_stage_rows,
+        lora_config,
+        progress_callback,
+        save_model,
+        train_metrics,
+        trainer_args,
+    )
 
     model_dir = ctx.input("model")
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=cfg.trust_remote_code)

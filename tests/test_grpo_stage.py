@@ -84,7 +84,7 @@ def test_prioritized_sampler_resumes_its_schedule_from_a_checkpoint(tiny_model, 
     shutil.copytree(first / "checkpoints" / "checkpoint-2", resumed / "checkpoints" / "checkpoint-2")
     result = _run_stage(cfg, tiny_model, resumed)
     assert result["metrics"]["train/resumed_from_step"] == 2.0
-    state = lambda d: json.loads((d / "checkpoints" / "checkpoint-4" / "sampler_state.json").read_text())  # noqa: E731
+    state = lambda d: json.loads((d / "checkpoints" / "checkpoint-4" / "sampler_state.json").read_text())
     a, b = state(first), state(resumed)
     assert sum(a["attempts"]) == 4 * 2 * 2  # 4 steps x 2 prompts x 2 completions
     assert a == b  # same draws, same success table, same RNG position as the run that never stopped

@@ -188,7 +188,7 @@ def test_every_reward_works_from_a_non_main_thread():
                 [json.dumps([{"type": "lowercase"}])] if name == "ifeval_constraints" else columns["answer"])
             results[name] = get_reward(name, **params)(prompts=["p"], completions=["<think>add</think> \\boxed{4}"],
                                                        **{**columns, "answer": answer})
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             errors.append((name, e))
 
     threads = [threading.Thread(target=call, args=(n,)) for n in REWARDS]
@@ -214,8 +214,9 @@ def _children() -> set[int]:
 
 
 def test_adversarial_answers_time_out_score_zero_and_leave_no_process():
-    from stages.rewards.math import AccuracyMath
     import time
+
+    from stages.rewards.math import AccuracyMath
 
     reward = AccuracyMath(timeout_s=2.0, workers=2)
     adversarial = ["\\boxed{2^{2^{2^{100}}}}", "\\boxed{" + "9" * 1_000_000 + "}",

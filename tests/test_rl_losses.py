@@ -6,8 +6,7 @@ import math
 import pytest
 import torch
 
-from stages.rl_losses import (group_advantages, k3_kl, kimi_mirror_descent_loss, policy_loss,
-                              zero_variance_groups)
+from stages.rl_losses import group_advantages, k3_kl, kimi_mirror_descent_loss, policy_loss, zero_variance_groups
 
 # Two sequences of up to 3 completion tokens; the first has one padding token.
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
@@ -112,7 +111,7 @@ def _batch(trainer):
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
             trainer.model, torch.cat([prompt_ids, completion_ids], 1),
             torch.cat([torch.ones(4, 5), completion_mask], 1), 8)
-    noise = lambda scale: torch.randn(4, 8, generator=g) * scale  # noqa: E731
+    noise = lambda scale: torch.randn(4, 8, generator=g) * scale
     return logps, {"prompt_ids": prompt_ids, "prompt_mask": torch.ones(4, 5), "completion_ids": completion_ids,
                    "completion_mask": completion_mask, "advantages": torch.tensor([1.0, -1.0, 0.7, -0.7]),
                    "old_per_token_logps": logps + noise(0.3),  # ratios far enough from 1 to clip

@@ -20,7 +20,7 @@ def test_schema_determinism_and_disjoint_splits(source):
     for i, row in enumerate(train + held_out):
         check_row(row, f"{source}[{i}]")
         assert set(FIELDS) <= set(row) and row["source"] == source
-    questions = lambda rows: {r["prompt"][-1]["content"] for r in rows}  # noqa: E731
+    questions = lambda rows: {r["prompt"][-1]["content"] for r in rows}
     assert not questions(train) & questions(held_out)
     assert len({r["id"] for r in train + held_out}) == len(train) + len(held_out)
 

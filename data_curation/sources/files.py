@@ -49,7 +49,7 @@ def _records(path: Path) -> Iterator[tuple[int, dict | Exception]]:
 
 
 def _to_row(rec: dict, columns: dict, verifier: str, where: str) -> dict:
-    get = lambda field: rec.get(columns.get(field, field))  # noqa: E731
+    get = lambda field: rec.get(columns.get(field, field))
     question, prompt = get("question"), get("prompt")
     if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
         question = prompt[-1].get("content")

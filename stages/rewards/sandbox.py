@@ -172,7 +172,7 @@ def _throwaway_uid() -> int | None:
     return random.randint(*UID_RANGE) if os.geteuid() == 0 else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sandbox_problem() -> str | None:
     """None when bwrap runs here with every namespace; else why not (probed once per process)."""
     if not sys.platform.startswith("linux"):
