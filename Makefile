@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev
 
-.PHONY: setup sandbox demo test clean
+.PHONY: setup sandbox lint demo test clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,8 +32,13 @@ demo: setup
 	@echo "Look closer:  $(VENV)/bin/posttrain show latest --json"
 	@echo "UIs:          $(VENV)/bin/posttrain ui   (Prefect http://127.0.0.1:4200, MLflow http://127.0.0.1:5000)"
 
-test: setup sandbox
+test: setup sandbox lint
 	$(PY) -m pytest -q -x --durations=15 tests
+
+# The layer contracts (pyproject.toml [tool.importlinter]) and the linter.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf .posttrain

@@ -24,9 +24,9 @@ if __name__ == "__main__":
 
     from data_curation.report import EverythingRemoved
     from data_curation.sources import load_rows
-    from data_curation.stage_kinds import DifficultyFilterConfig, curate
     from pipeline.home import configure_environment
     from pipeline.models import resolve_model
+    from stages.kinds.curation import DifficultyFilterConfig, curate
 
     configure_environment()
     model_dir = resolve_model(a.model)

@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 
 from data_curation.ngrams import HashSet, chunk_hits, chunk_ngram_hashes, word_ngrams
-from data_curation.schema import question_text
+from stages.core.text import question_text
 
 Mode = Literal["any", "coverage"]
 
@@ -86,7 +86,7 @@ def token_coverage(item_grams: list[tuple], shared: set[tuple], n: int) -> float
     return sum(covered) / words
 
 
-def check_row(text: str, hit_hashes: np.ndarray, index: EvalIndex, mode: Mode, threshold: float) -> dict | None:
+def contamination_evidence(text: str, hit_hashes: np.ndarray, index: EvalIndex, mode: Mode, threshold: float) -> dict | None:
     """Evidence ({eval_id, ngram, coverage}) when the row is contaminated, else None; confirmed on
     the exact n-grams of the eval items its hashes point at."""
     grams = set(word_ngrams(text, index.n))
@@ -114,4 +114,4 @@ def decontaminate(rows: Iterable[dict], index: EvalIndex, mode: Mode = "any", th
             yield from zip(batch, [None] * len(batch))
             continue
         for i, row in enumerate(batch):
-            yield row, (check_row(texts[i], hits[i], index, mode, threshold) if i in hits else None)
+            yield row, (contamination_evidence(texts[i], hits[i], index, mode, threshold) if i in hits else None)

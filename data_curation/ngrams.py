@@ -15,7 +15,6 @@ import numpy as np
 
 WORD_BASE = 1_000_003
 GRAM_BASE = 0x9E3779B97F4A7C15
-_MASK = (1 << 64) - 1
 _ASCII_SPACE = np.zeros(256, dtype=bool)
 _ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # what str.split() splits ASCII on
 

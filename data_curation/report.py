@@ -28,7 +28,7 @@ def write_outputs(out_dir: Path, step: str, kept: list[dict], removed: list[dict
                   extra: dict | None = None, pass_rates: list[float] | None = None) -> dict:
     """Write the outputs and return the report; raise EverythingRemoved when nothing is kept.
     `removed` rows carry `removed_reason` and `evidence`."""
-    from pipeline.home import write_json_atomic
+    from stages.core.files import write_json_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = Counter(r["removed_reason"] for r in removed)

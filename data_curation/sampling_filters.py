@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 
-from stages.evaluate import score_rows
-from stages.generation import SamplingSpec, rollout
-from stages.templates import render_prompt, with_instruction
+from stages.core.templates import render_prompt, with_instruction
+from stages.rewards.verifiers import score_rows
+from stages.rollouts import SamplingSpec, rollout
 
 NO_COT_INSTRUCTION = ("Answer with only the final answer in \\boxed{}, without any reasoning or explanation.")
 

@@ -39,8 +39,3 @@ def check_row(row: dict, where: str) -> None:
         raise ValueError(f"{where}: verifiable row ({row['verifier']}) has no gold answer")
     if not row["prompt"] or row["prompt"][-1].get("role") != "user":
         raise ValueError(f"{where}: prompt must end with a user message")
-
-
-def question_text(row: dict) -> str:
-    """The user's question: the text filters, decontamination and splits look at."""
-    return row["prompt"][-1]["content"]

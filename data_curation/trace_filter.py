@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import re
 
-from stages.rewards.format import split_thinking
-from stages.rewards.language import consistency
-from stages.rewards.math import extract_answer
+from stages.core.language import consistency
+from stages.core.text import extract_answer, split_thinking
 
 FENCE = re.compile(r"```")
 LAST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")

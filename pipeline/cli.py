@@ -61,7 +61,8 @@ def cmd_list(args) -> int:
     recent = runs.all_runs()[-args.limit:]
     print("recent runs:" if recent else "recent runs: none")
     for r in recent:
-        print(f"  {r['id']}  {r['status']:9s} " + " ".join(f"{s['name']}:{s['status']}{'*' if s.get('cached') else ''}" for s in r["stages"]))
+        stages = " ".join(f"{s['name']}:{s['status']}{'*' if s.get('cached') else ''}" for s in r["stages"])
+        print(f"  {r['id']}  {r['status']:9s} {stages}")
     return 0
 
 

@@ -18,7 +18,7 @@ def cmd_models(args) -> int:
 
 def cmd_generate(args) -> int:
     from pipeline.models import check_model_ref, resolve_model
-    from stages.generation import SamplingSpec, generate, load_for_generation
+    from stages.rollouts import SamplingSpec, generate, load_for_generation
 
     if msg := check_model_ref(args.model):
         print(msg, file=sys.stderr)

@@ -31,11 +31,13 @@ from prefect.artifacts import (
 
 from data_curation.sources import source_fingerprint
 from pipeline import runs, tracking
-from pipeline.home import dir_fingerprint, home, publish_dir, write_json_atomic
+from pipeline.home import home, publish_dir
 from pipeline.launcher import run_worker
 from pipeline.models import model_fingerprint, resolve_model
 from pipeline.recipe import ResolvedRecipe, deepspeed_config_path, list_profiles, list_recipes, load_recipe
-from stages.registry import code_version
+from stages.core.files import dir_fingerprint, write_json_atomic
+from stages.kinds.contracts import StageOutput, StagePlan, StageResult, WorkerSpec
+from stages.kinds.registry import STAGE_KINDS
 
 RecipeName = Literal[tuple(list_recipes())]  # dropdowns in the Prefect UI
 ProfileName = Literal[tuple(list_profiles())]
@@ -45,23 +47,25 @@ def _artifact_key(*parts: str) -> str:
     return "-".join(p.lower().replace("_", "-") for p in parts)[:60]
 
 
-def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, dict]) -> dict:
-    """Resolve a stage's inputs and compute its cache key. Builds named models if needed."""
+def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]) -> StagePlan:
+    """Resolve a stage's inputs, decide whether it is evaluated, and compute its cache key. Builds
+    named models if needed."""
     inputs, fingerprints = {}, {}
+    refs = {r for _, r, _ in stage.refs()}
     for fname in stage.MODEL_FIELDS:
         ref = getattr(stage, fname)
-        if ref in {r for _, r, _ in stage.refs()}:
+        if ref in refs:
             up = upstream[ref.split(".")[0]]
-            inputs[fname] = str(Path(up["output_dir"]) / up["outputs"]["model"])
-            fingerprints[fname] = up["fingerprints"]["model"]
+            inputs[fname] = str(Path(up.output_dir) / up.outputs["model"])
+            fingerprints[fname] = up.fingerprints["model"]
         else:
             inputs[fname], fingerprints[fname] = resolve_model(ref), model_fingerprint(ref)
     for fname in stage.DATA_FIELDS:
         spec = getattr(stage, fname)
         if spec.stage_ref:
             up = upstream[spec.stage_ref.split(".")[0]]
-            inputs[fname] = {"path": str(Path(up["output_dir"]) / up["outputs"]["dataset"]), "n": spec.n}
-            fingerprints[fname] = up["fingerprints"]["dataset"]
+            inputs[fname] = {"path": str(Path(up.output_dir) / up.outputs["dataset"]), "n": spec.n}
+            fingerprints[fname] = up.fingerprints["dataset"]
         else:
             inputs[fname] = spec.model_dump(mode="json")
             fingerprints[fname] = source_fingerprint(spec.source, spec.params)
@@ -74,72 +78,67 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, dict]) -> di
                                                        resolved.recipe.eval.data.params)
     config = stage.model_dump(mode="json")
     key_material = {"kind": stage.kind, "config": config, "eval": eval_spec, "inputs": fingerprints,
-                    "code": code_version(stage.kind)}
+                    "code": STAGE_KINDS[stage.kind].code_version()}
     key = hashlib.sha256(json.dumps(key_material, sort_keys=True).encode()).hexdigest()
     out = home() / "stages" / resolved.recipe.name / f"{stage.name}-{key[:16]}"
     ds = str(deepspeed_config_path(stage.launcher.deepspeed_config)) if stage.launcher.mode == "deepspeed" else None
-    return {"name": stage.name, "kind": stage.kind, "recipe": resolved.recipe.name, "config": config,
-            "inputs": inputs, "fingerprints": fingerprints, "eval": eval_spec, "cache_key": key,
-            "output_dir": str(out), "deepspeed_config": ds, "launcher": stage.launcher.model_dump()}
+    return StagePlan(name=stage.name, kind=stage.kind, recipe=resolved.recipe.name, config=config, inputs=inputs,
+                     fingerprints=fingerprints, eval=eval_spec, cache_key=key, output_dir=str(out),
+                     deepspeed_config=ds, launcher=stage.launcher)
 
 
 @task(cache_key_fn=lambda ctx, params: params["cache_key"], persist_result=True, result_serializer="json")
-def execute_stage(cache_key: str, plan: dict, parent_run_id: str) -> dict:
-    """Train + evaluate one stage into a partial dir, then publish it. Returns paths and metrics."""
-    from stages.common import LaunchSpec
-
+def execute_stage(cache_key: str, plan: StagePlan, parent_run_id: str) -> dict:
+    """Train + evaluate one stage into a partial dir, then publish it. Returns the StageResult (as a
+    dict: it is the Prefect cache value)."""
     logger = get_run_logger()
-    final = Path(plan["output_dir"])
+    final = Path(plan.output_dir)
     if (final / "result.json").exists():  # finished earlier, only the cache record was missing
         return json.loads((final / "result.json").read_text())
     partial = final.with_name(final.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(partial / "stage_config.json", {k: plan[k] for k in ("name", "kind", "config", "inputs", "eval", "cache_key", "fingerprints")})
-    child = tracking.start_stage_run(parent_run_id, plan["recipe"], plan["name"], plan["kind"], plan["config"], cache_key)
-    create_link_artifact(tracking.run_url(child), link_text=f"MLflow run of stage {plan['name']}",
-                         key=_artifact_key("mlflow", plan["name"]))
-    progress_id = create_progress_artifact(0.0, key=_artifact_key("progress", plan["name"]))
-    spec = {"kind": plan["kind"], "stage": plan["config"], "inputs": plan["inputs"], "eval": plan["eval"],
-            "output_dir": str(partial), "deepspeed_config": plan["deepspeed_config"], "flow_pid": os.getpid()}
-    write_json_atomic(partial / "spec.json", spec)
-    env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(), "MLFLOW_RUN_ID": child,
-           "HF_MLFLOW_LOG_ARTIFACTS": "0", "POSTTRAIN_HOME": str(home())}
+    write_json_atomic(partial / "stage_config.json", plan.model_dump(
+        mode="json", include={"name", "kind", "config", "inputs", "eval", "cache_key", "fingerprints"}))
+    child = tracking.start_stage_run(parent_run_id, plan.recipe, plan.name, plan.kind, plan.config, cache_key)
+    create_link_artifact(tracking.run_url(child), link_text=f"MLflow run of stage {plan.name}",
+                         key=_artifact_key("mlflow", plan.name))
+    progress_id = create_progress_artifact(0.0, key=_artifact_key("progress", plan.name))
+    spec = WorkerSpec.from_plan(plan, str(partial), os.getpid(), child)
+    write_json_atomic(partial / "spec.json", spec.model_dump(mode="json"))
+    env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(), "POSTTRAIN_HOME": str(home())}
 
     def on_progress(p: dict) -> None:
         if p.get("max_steps"):
             update_progress_artifact(progress_id, 100.0 * p["step"] / p["max_steps"])
-            logger.info("stage %s: step %s/%s %s", plan["name"], p["step"], p["max_steps"],
+            logger.info("stage %s: step %s/%s %s", plan.name, p["step"], p["max_steps"],
                         {k: v for k, v in (p.get("logs") or {}).items() if k in ("loss", "reward", "learning_rate")})
 
-    logger.info("stage %s (%s): output %s; log %s", plan["name"], plan["kind"], final, partial / "worker.log")
+    logger.info("stage %s (%s): output %s; log %s", plan.name, plan.kind, final, partial / "worker.log")
     try:
-        run_worker(partial / "spec.json", LaunchSpec(**plan["launcher"]), partial / "worker.log", env, on_progress)
-        result = json.loads((partial / "result.json").read_text())
-        result.update(name=plan["name"], kind=plan["kind"], cache_key=cache_key, mlflow_run_id=child,
-                      output_dir=str(final),
-                      fingerprints={o: dir_fingerprint(partial / rel) for o, rel in result["outputs"].items()})
+        run_worker(partial / "spec.json", plan.launcher, partial / "worker.log", env, on_progress)
+        output = StageOutput.model_validate_json((partial / "result.json").read_text())
+        result = StageResult(name=plan.name, kind=plan.kind, cache_key=cache_key, mlflow_run_id=child,
+                             output_dir=str(final), outputs=output.outputs, metrics=output.metrics,
+                             fingerprints={o: dir_fingerprint(partial / rel) for o, rel in output.outputs.items()})
         shutil.rmtree(partial / "checkpoints", ignore_errors=True)  # the final model supersedes them
-        write_json_atomic(partial / "result.json", result)
+        write_json_atomic(partial / "result.json", result.model_dump())
         publish_dir(partial, final)
     except BaseException:
         tracking.end_run(child, ok=False)
         raise
-    # Weights stay on disk; the run records where, and their checksum, instead of a copy.
-    tracking.client().set_tag(child, "posttrain.output_dir", str(final))
-    for name, digest in result["fingerprints"].items():
-        tracking.client().set_tag(child, f"posttrain.{name}_sha256", digest)
+    tracking.tag_published(child, str(final), result.fingerprints)
     tracking.end_run(child, ok=True)
     update_progress_artifact(progress_id, 100.0)
-    create_table_artifact([{"metric": k, "value": round(v, 6)} for k, v in sorted(result["metrics"].items())],
-                          key=_artifact_key("metrics", plan["name"]), description=f"stage {plan['name']}")
-    return result
+    create_table_artifact([{"metric": k, "value": round(v, 6)} for k, v in sorted(result.metrics.items())],
+                          key=_artifact_key("metrics", plan.name), description=f"stage {plan.name}")
+    return result.model_dump()
 
 
-def _record_cached(parent_id: str, plan: dict, result: dict) -> str:
+def _record_cached(parent_id: str, plan: StagePlan, result: StageResult) -> str:
     """A child run for a stage served from cache, so this pipeline run compares complete in MLflow."""
-    child = tracking.start_stage_run(parent_id, plan["recipe"], plan["name"], plan["kind"], plan["config"],
-                                     plan["cache_key"], cached_from=result.get("mlflow_run_id"))
-    tracking.log_metrics(child, result["metrics"])
+    child = tracking.start_stage_run(parent_id, plan.recipe, plan.name, plan.kind, plan.config,
+                                     plan.cache_key, cached_from=result.mlflow_run_id)
+    tracking.log_metrics(child, result.metrics)
     tracking.end_run(child, ok=True)
     return child
 
@@ -160,27 +159,27 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
               "mlflow_url": tracking.run_url(parent), "prefect_flow_run_id": str(flow_run.id or ""),
               "stages": [{"name": s.name, "kind": s.kind, "status": "pending"} for s in resolved.recipe.stages]}
     runs.save(record)
-    upstream: dict[str, dict] = {}
+    upstream: dict[str, StageResult] = {}
     try:
         for i, stage in enumerate(resolved.recipe.stages):
             entry = record["stages"][i]
             entry.update(status="running", started=time.time())
             runs.save(record)
             plan = plan_stage(resolved, stage, upstream)
-            done_before = (Path(plan["output_dir"]) / "result.json").exists()
+            done_before = (Path(plan.output_dir) / "result.json").exists()
             state = execute_stage.with_options(
                 name=f"{stage.name} ({stage.kind})", refresh_cache=not done_before,
-            )(plan["cache_key"], plan, parent, return_state=True)
+            )(plan.cache_key, plan, parent, return_state=True)
             entry["duration_s"] = time.time() - entry["started"]
             if state.is_failed():
                 entry.update(status="failed", error=str(state.message)[-2000:])
                 state.result()  # raises the stage's error
-            result = state.result()
+            result = StageResult.model_validate(state.result())
             cached = state.name == "Cached"
-            child = _record_cached(parent, plan, result) if cached else result["mlflow_run_id"]
-            entry.update(status="completed", cached=cached, metrics=result["metrics"], mlflow_run_id=child,
-                         mlflow_url=tracking.run_url(child), output_dir=result["output_dir"],
-                         cache_key=plan["cache_key"])
+            child = _record_cached(parent, plan, result) if cached else result.mlflow_run_id
+            entry.update(status="completed", cached=cached, metrics=result.metrics, mlflow_run_id=child,
+                         mlflow_url=tracking.run_url(child), output_dir=result.output_dir,
+                         cache_key=plan.cache_key)
             upstream[stage.name] = result
             logger.info("stage %s %s in %.1f s", stage.name, "cached" if cached else "completed", entry["duration_s"])
             runs.save(record)

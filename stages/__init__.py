@@ -1,3 +1,2 @@
-"""Stage kinds. One module per kind: a small pydantic config (the recipe schema and the Prefect UI
-form) plus `run(spec)`, which the worker calls. Heavy imports stay inside `run` so that validating
-a recipe never loads torch."""
+"""Everything below the orchestrator, in layers that import downwards only (pyproject.toml's
+import-linter contract): `kinds` (stage kinds) > `data_curation` > `rewards` | `rollouts` > `core`."""

@@ -12,8 +12,8 @@ from data_curation.decontaminate import build_index, decontaminate
 from data_curation.ngrams import UNICODE_SPACE, chunk_ngram_hashes, word_ngrams
 from data_curation.report import EverythingRemoved
 from data_curation.sources import load_rows
-from data_curation.stage_kinds import CURATION_CONFIGS, curate
 from pipeline.recipe import RecipeError, load_recipe
+from stages.kinds.curation import CURATION_CONFIGS, curate
 
 
 def row(i, text, **extra):
@@ -128,7 +128,8 @@ def test_no_cot_filter_asks_for_a_bare_answer(tmp_path, tiny_model):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("stages.decontam.eval_sets=[{path: /no/such.jsonl}]", "stages[1].eval_sets[0].path: data file /no/such.jsonl does not exist"),
+    ("stages.decontam.eval_sets=[{path: /no/such.jsonl}]",
+     "stages[1].eval_sets[0].path: data file /no/such.jsonl does not exist"),
     ("stages.difficulty.rollout=vllm", "stages[2].rollout: vLLM"),
     ("stages.difficulty.low=0.6|stages.difficulty.high=0.5", "low (0.6) must be below high (0.5)"),
 ])

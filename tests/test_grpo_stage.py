@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from pipeline.recipe import RecipeError, load_recipe
-from stages.grpo import GRPOConfig
+from stages.kinds.grpo import GRPOConfig
 from tests.conftest import run_cli
 
 
@@ -21,10 +21,10 @@ def _varied_unless_easy(completions, _index, **_):
 def _trainer(tiny_model, tmp_path, reward, max_rounds=4):
     from datasets import Dataset
 
-    from stages.grpo import trl_config
-    from stages.grpo_trainer import PosttrainGRPOTrainer, RLOptions
-    from stages.prompt_sampler import PromptSampler
-    from stages.runtime import StageContext
+    from stages.kinds.grpo import trl_config
+    from stages.kinds.grpo_trainer import PosttrainGRPOTrainer, RLOptions
+    from stages.kinds.prompt_sampler import PromptSampler
+    from stages.kinds.runtime import StageContext
 
     cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", loss="dapo", rewards=[{"name": "format_think"}],
                      num_generations=2, per_device_batch_size=4, max_completion_length=6)
@@ -32,7 +32,7 @@ def _trainer(tiny_model, tmp_path, reward, max_rounds=4):
     # curriculum over these difficulties: the first two batches hold only the always-solved prompts
     sampler = PromptSampler("curriculum", 8, difficulty=[0, 0, 0, 0, 1, 1, 1, 1])
     rl = RLOptions(sampler=sampler, success_reward=0, loss="dapo", dynamic_sampling=True, max_rounds=max_rounds)
-    trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, StageContext({}, tmp_path)),
+    trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, StageContext.local(tmp_path)),
                                    train_dataset=Dataset.from_list(rows), reward_funcs=[reward], rl=rl)
     trainer.model.train()
     return trainer
@@ -62,13 +62,13 @@ def test_dynamic_sampling_gives_up_after_max_rounds(tiny_model, tmp_path):
 
 
 def _run_stage(cfg, tiny_model, out):
-    from stages.grpo import run
-    from stages.runtime import StageContext
+    from stages.kinds.grpo import run
+    from stages.kinds.runtime import StageContext
 
     out.mkdir(parents=True, exist_ok=True)
     spec = {"inputs": {"model": str(tiny_model),
                        "data": {"source": "synthetic_math", "split": "train", "n": 12, "seed": 0, "params": {}}}}
-    return run(cfg, StageContext(spec, out))
+    return run(cfg, StageContext.local(out, spec["inputs"])).model_dump()
 
 
 def test_prioritized_sampler_resumes_its_schedule_from_a_checkpoint(tiny_model, tmp_path):
@@ -121,8 +121,8 @@ def test_paper_defaults_per_variant():
 def test_a_reward_with_a_start_step_is_zero_before_it():
     from types import SimpleNamespace
 
-    from stages.common import RewardSpec
-    from stages.grpo import scheduled_reward
+    from stages.kinds.common import RewardSpec
+    from stages.kinds.grpo import scheduled_reward
 
     reward = scheduled_reward(RewardSpec(name="format_think", start_step=10))
     good = ["<think>a</think> b"] * 2
@@ -179,7 +179,7 @@ def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path):
 
 
 def test_prompt_templates():
-    from stages.templates import BOXED_INSTRUCTION, check_template, render_prompt
+    from stages.core.templates import BOXED_INSTRUCTION, check_template, render_prompt
 
     row = {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]}
     assert render_prompt("chat", row) is row["prompt"]
@@ -218,7 +218,7 @@ def test_dynamic_sampling_by_accuracy_drops_groups_solved_all_or_nothing(tiny_mo
 def test_vllm_importance_ratios_are_merged_by_dynamic_sampling():
     import torch
 
-    from stages.grpo_trainer import concat_groups
+    from stages.kinds.grpo_trainer import concat_groups
 
     def part(width, is_shape):
         b = 2

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from pipeline.launcher import StageFailed, run_worker
-from stages.common import LaunchSpec
+from stages.kinds.common import LaunchSpec
 from tests.conftest import POSTTRAIN, REPO, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
 
 
 def sft_spec(out: Path, model: str, ds_config: str | None = None, max_steps: int = 4) -> Path:
-    from stages.sft import SFTConfig
+    from stages.kinds.sft import SFTConfig
 
     cfg = SFTConfig(name="ds_check", model=model, data={"source": "synthetic_math", "n": 64},
                     max_steps=max_steps, save_steps=2, per_device_batch_size=4, max_length=128, learning_rate=1e-3)

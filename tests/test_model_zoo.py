@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from pipeline.home import dir_fingerprint
 from pipeline.models import check_model_ref, ensure_named_model, model_status
+from stages.core.files import dir_fingerprint
 from tests.conftest import run_cli
 
 

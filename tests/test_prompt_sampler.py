@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from stages.prompt_sampler import PromptSampler
+from stages.kinds.prompt_sampler import PromptSampler
 
 
 def test_random_covers_every_prompt_once_per_pass():
@@ -60,7 +60,7 @@ def test_unjudged_outcomes_are_not_counted():
 def test_state_round_trip_continues_the_same_schedule(kind):
     difficulty = [i % 4 for i in range(20)]
     a = PromptSampler(kind, 20, seed=7, difficulty=difficulty)
-    for step in range(3):
+    for _ in range(3):
         batch = a.next_batch(6)
         a.update(batch, [float(i % 3 == 0) for i in batch])
     import json

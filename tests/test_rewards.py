@@ -6,9 +6,10 @@ import threading
 
 import pytest
 
+from stages.core.text import last_boxed
 from stages.rewards import combined, get_reward, reward_stats
 from stages.rewards.length import cosine_scaled, kimi_lambda, kimi_length_reward, overlong_penalty
-from stages.rewards.math import last_boxed, score_math
+from stages.rewards.math import score_math
 
 CASES = [
  ("82", "The answer is \\boxed{82}.", 1.0),
@@ -327,8 +328,8 @@ def test_overlong_defaults_to_the_stage_length_and_allows_a_hard_cutoff():
 
 
 def test_evaluation_measures_length_rewards_in_tokens():
-    from stages.common import RewardSpec
-    from stages.evaluate import score_rewards
+    from stages.kinds.common import RewardSpec
+    from stages.kinds.evaluate import score_rewards
 
     rows = [{"prompt": [{"role": "user", "content": "q"}], "answer": "1", "language": "en"}] * 2
     spec = [RewardSpec(name="overlong_dapo", params={"cache_len": 4})]

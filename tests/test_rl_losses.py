@@ -1,12 +1,12 @@
 """The GRPO family on hand-made batches: advantages and losses against numbers worked out by hand,
-then TRL's trainer (as stages.grpo configures it) against the same formulas."""
+then TRL's trainer (as stages.kinds.grpo configures it) against the same formulas."""
 
 import math
 
 import pytest
 import torch
 
-from stages.rl_losses import group_advantages, k3_kl, kimi_mirror_descent_loss, policy_loss, zero_variance_groups
+from stages.kinds.rl_losses import group_advantages, k3_kl, kimi_mirror_descent_loss, policy_loss, zero_variance_groups
 
 # Two sequences of up to 3 completion tokens; the first has one padding token.
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
@@ -77,20 +77,20 @@ def test_unknown_variant_and_missing_constant_are_refused():
         policy_loss("dr_grpo", ZEROS, ZEROS, torch.zeros(2), MASK)
 
 
-# ---- TRL, configured by stages.grpo, computes what the formulas say -------------------------------
+# ---- TRL, configured by stages.kinds.grpo, computes what the formulas say -------------------------------
 
 def _trainer(tiny_model, tmp_path, loss: str):
     from datasets import Dataset
 
-    from stages.grpo import GRPOConfig, trl_config
-    from stages.grpo_trainer import PosttrainGRPOTrainer, RLOptions
-    from stages.prompt_sampler import PromptSampler
+    from stages.kinds.grpo import GRPOConfig, trl_config
+    from stages.kinds.grpo_trainer import PosttrainGRPOTrainer, RLOptions
+    from stages.kinds.prompt_sampler import PromptSampler
+    from stages.kinds.runtime import StageContext
     from stages.rewards import get_reward
-    from stages.runtime import StageContext
 
     cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", loss=loss, rewards=[{"name": "format_think"}],
                      num_generations=2, per_device_batch_size=4, max_completion_length=8, beta=0.05)
-    ctx = StageContext(spec={}, output_dir=tmp_path)
+    ctx = StageContext.local(tmp_path)
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}], "_index": 0}])
     rl = RLOptions(sampler=PromptSampler("random", 1), success_reward=0, loss=loss, tau=0.3)
     trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, ctx), train_dataset=data,

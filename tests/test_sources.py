@@ -117,7 +117,7 @@ def test_specs_that_cannot_load_are_refused_before_any_row_is_read(tmp_path):
 
 
 def test_recipe_data_path_shorthand(tmp_path):
-    from stages.common import DataSpec
+    from stages.kinds.common import DataSpec
 
     spec = DataSpec.model_validate({"path": "x.jsonl", "columns": {"question": "q"}, "on_bad_rows": "skip"})
     assert spec.source == "file" and spec.params == {"path": "x.jsonl", "columns": {"question": "q"}}

@@ -1,5 +1,6 @@
-from data_curation.schema import check_row, question_text
+from data_curation.schema import check_row
 from data_curation.sources import load_rows
+from stages.core.text import question_text
 from stages.rewards import get_reward
 from stages.rewards.format import is_well_formed
 

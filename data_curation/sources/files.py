@@ -98,7 +98,7 @@ def rows(split: str = "all", n: int | None = None, seed: int = 0, path: str = ""
 
 
 def fingerprint(path: str = "", **_) -> str:
-    from pipeline.home import dir_fingerprint, sha256_file
+    from stages.core.files import dir_fingerprint, sha256_file
 
     file = Path(path).expanduser()
     if not file.exists():

@@ -4,8 +4,9 @@ Five difficulty levels, from one addition to multi-step word problems and linear
 solution is long-CoT shaped: reasoning inside <think>...</think>, then a short summary with the
 answer in \\boxed{}. Everything is a pure function of (seed, index), so the data is reproducible.
 
-The train/eval split is decided by a hash of the question text alone, so no question can ever sit
-in both splits, whatever the seeds and sizes asked for.
+The train/eval split is decided by a hash of the question text with `split_seed` (not `seed`, which
+drives generation), so no question can ever sit in both splits, whatever seeds and sizes are asked
+for, and a different `split_seed` gives a different held-out set.
 """
 
 from __future__ import annotations
@@ -70,8 +71,11 @@ def _level5(r: random.Random):
 LEVELS = {1: _level1, 2: _level2, 3: _level3, 4: _level4, 5: _level5}
 
 
-def split_of(question: str) -> str:
-    digest = int(hashlib.sha256(question.encode()).hexdigest()[:8], 16)
+def split_of(question: str, split_seed: int = 0) -> str:
+    """The split hashes the question with `split_seed`, not with `seed`: `seed` picks which problems
+    are generated, so two seeds that differ still agree on every question's split."""
+    key = question if split_seed == 0 else f"{split_seed}:{question}"  # 0 keeps the published split
+    digest = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
     return "eval" if digest % EVAL_SHARE == 0 else "train"
 
 
@@ -81,7 +85,7 @@ def solution_text(steps: list[str], answer: int) -> str:
 
 
 def rows(split: str = "train", n: int | None = 256, seed: int = 0,
-         difficulties: list[int] | None = None) -> Iterator[dict]:
+         difficulties: list[int] | None = None, split_seed: int = 0) -> Iterator[dict]:
     """Yield up to `n` distinct problems of `split`, cycling through the requested levels."""
     levels = sorted(difficulties or LEVELS)
     bad = [lv for lv in levels if lv not in LEVELS]
@@ -96,7 +100,7 @@ def rows(split: str = "train", n: int | None = 256, seed: int = 0,
         r = random.Random(f"{seed}:{index}")
         index += 1
         question, answer, steps = LEVELS[level](r)
-        if question in seen or split not in ("all", split_of(question)):
+        if question in seen or split not in ("all", split_of(question, split_seed)):
             misses += 1
             if misses > 50 * n + 1000:  # a tiny level cannot supply n distinct questions
                 return

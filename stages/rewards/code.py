@@ -21,12 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
+from stages.core.text import split_thinking
+from stages.rewards import harness
 from stages.rewards.base import Reward, completion_text
-from stages.rewards.format import split_thinking
-from stages.rewards.sandbox import Limits, require_sandbox, run_python, sandbox_python
+from stages.rewards.sandbox import SANDBOX_TAG, Limits, require_sandbox, run_python, sandbox_python
 
 FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
-HARNESS = (Path(__file__).with_name("harness.py")).read_text()
+HARNESS = Path(harness.__file__).read_text()  # its source runs inside the sandbox (`python -c`)
 STARTUP_S = 3.0  # bwrap, the harness and the child's interpreter start before the test budget runs
 COUNTERS = ("sandbox_runs", "timeouts", "memory_kills", "harness_errors", "unjudged")
 
@@ -125,7 +126,7 @@ class CodeExec(Reward):
         super().__init__(*COUNTERS)
         self.limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb)
         self.parallel, self.cases_scoring, self.allow_unsandboxed = parallel, cases_scoring, allow_unsandboxed
-        self.tags["posttrain.sandbox"] = require_sandbox(allow_unsandboxed)
+        self.tags[SANDBOX_TAG] = require_sandbox(allow_unsandboxed)
 
     def __call__(self, prompts=None, completions=(), answer=(), **_) -> list[float | None]:
         def one(pair):

@@ -1,5 +1,5 @@
 """Can a stage earn its rewards? Validation renders a correct answer in the stage template's format
-(stages.templates.reference_completion) and scores it with every accuracy-type reward; one that
+(stages.core.templates.reference_completion) and scores it with every accuracy-type reward; one that
 stays below its maximum can never be earned, whatever the policy learns. This catches a template
 and a reward that disagree on where the answer goes (R1-Zero's <answer> tags read by a reward that
 looks for \\boxed{}), before any compute is spent."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
+from stages.core.templates import reference_completion
 from stages.rewards import get_reward
-from stages.templates import reference_completion
 
 PROBE_GOLD = "42"
 PROBE_CODE = "def answer():\n    return 42"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import re
 
+from stages.core.language import consistency
+from stages.core.text import split_thinking
 from stages.rewards.base import Reward, completion_text
-from stages.rewards.format import split_thinking
-from stages.rewards.language import consistency
 
 
 def _json_ok(text: str) -> bool:

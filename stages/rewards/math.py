@@ -23,10 +23,9 @@ import re
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from stages.core.text import answer_region, extract_answer
 from stages.rewards.base import Reward, completion_text
 
-ANSWER_IS = re.compile(r"answer is[:\s]*\$?([^\n$]+?)\$?\s*\.?\s*$", re.IGNORECASE | re.MULTILINE)
-ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
 LETTER_RUN = re.compile(r"[A-Za-z]{2,}")
 MATH_WORDS = frozenset(
@@ -37,43 +36,6 @@ BARE_ANSWER_MAX_CHARS = 40
 # We enforce our own limits; silence its "timeout is disabled" notice on every call.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 ANY_FORM = [LatexExtractionConfig(), ExprExtractionConfig()]
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} (or \\fbox{...}), braces matched, or None."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
-        return None
-    i = text.index("{", start) + 1
-    depth, j = 1, i
-    while j < len(text) and depth:
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        j += 1
-    return text[i:j - 1] if depth == 0 else None
-
-
-def extract_answer(text: str, answer_is_fallback: bool = True) -> str | None:
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed
-    if answer_is_fallback:
-        matches = ANSWER_IS.findall(text)
-        if matches:
-            return matches[-1].strip()
-    return None
-
-
-def answer_region(text: str, answer_tags: bool = False, after_think: bool = False) -> str | None:
-    """The part of a completion the answer is read from; None when the template's place for it is
-    missing (no `</think>` with after_think, no `<answer>` block with answer_tags)."""
-    if after_think or answer_tags:
-        if "</think>" not in text:
-            return None
-        text = text.rsplit("</think>", 1)[1]
-    if answer_tags:
-        blocks = ANSWER_TAG.findall(text)
-        return blocks[-1] if blocks else None
-    return text
 
 
 def is_prose(gold: str) -> bool:

@@ -41,6 +41,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+SANDBOX_TAG = "posttrain.sandbox"  # MLflow tag on a stage whose rewards ran code: "bwrap" or "unsandboxed"
 UID_RANGE = (200_000, 260_000)  # throwaway uids: no passwd entry, no files, nothing to signal
 INNER_UID = 65534  # "nobody" inside the user namespace
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `make setup` does it when run "

@@ -1,6 +1,6 @@
 """Stage kind `grpo`: reasoning RL with verifiable rewards on TRL's GRPOTrainer.
 
-`loss` picks the algorithm (formulas in ../shared/RECIPES.md, code in stages/rl_losses.py):
+`loss` picks the algorithm (formulas in the project's recipe facts sheet, code in stages/kinds/rl_losses.py):
 - grpo: DeepSeekMath. Std-normalised group advantages, per-sequence token averaging, k3 KL (beta 0.04).
 - dr_grpo: no std division, a constant length normaliser, no KL.
 - dapo: token-level loss, clip-higher (0.2 / 0.28), no KL, dynamic sampling, truncated completions
@@ -16,8 +16,23 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from stages.common import DataSpec, RewardSpec, StageBase, TrainingKnobs
-from stages.prompt_sampler import SamplerKind
+from stages.core.templates import check_template, render_prompt
+from stages.kinds.common import DataSpec, RewardSpec, StageBase, TrainingKnobs
+from stages.kinds.contracts import StageOutput
+from stages.kinds.prompt_sampler import PromptSampler, SamplerKind
+from stages.kinds.rl_curves import curve_metrics, plot_curves
+from stages.kinds.runtime import (
+    last_checkpoint,
+    load_stage_rows,
+    lora_config,
+    progress_callback,
+    save_model,
+    train_metrics,
+    trainer_args,
+)
+from stages.rewards import check_reward_specs, get_reward, reward_counter_metrics, reward_tags
+from stages.rewards.earnable import unearnable
+from stages.rollouts import load_tokenizer, vllm_unavailable
 
 LossVariant = Literal["grpo", "dr_grpo", "dapo", "kimi_mirror_descent"]
 PAPER_DEFAULTS = {  # beta, clip_high (None = clip_low), dynamic sampling, mask truncated, std scaling
@@ -55,7 +70,7 @@ class GRPOConfig(StageBase, TrainingKnobs):
         "difficulty", description="curriculum order: the difficulty label, or a measured pass rate (high = easy)")
     success_reward: str | None = Field(None, description="reward whose value is a prompt's success (prioritized "
                                        "sampling, accuracy metric); None = the first reward")
-    template: str = Field("chat", description="prompt template (stages.templates)")
+    template: str = Field("chat", description="prompt template (stages.core.templates)")
     rollout: Literal["hf", "vllm_colocate", "vllm_server"] = "hf"
     learning_rate: float = Field(1e-6, gt=0)
     lr_scheduler: str = "constant"
@@ -88,11 +103,6 @@ class GRPOConfig(StageBase, TrainingKnobs):
         return defaults[knob] if value is None else value
 
     def semantic_errors(self) -> list[tuple[tuple, str]]:
-        from stages.generation import vllm_unavailable
-        from stages.rewards import check_reward_specs
-        from stages.rewards.earnable import unearnable
-        from stages.templates import check_template
-
         errors = [(("rewards",) + rel, msg) for rel, msg in check_reward_specs(self.rewards, self.max_completion_length)]
         names = [r.name for r in self.rewards]
         if self.success_reward and self.success_reward not in names:
@@ -125,8 +135,6 @@ class Scheduled:
 
 def scheduled_reward(spec: RewardSpec, stage_max_length: int | None = None):
     """The registry reward for `spec`, held at 0 before its `start_step`."""
-    from stages.rewards import get_reward
-
     fn = get_reward(spec.name, stage_max_length, **spec.params)
     return Scheduled(fn, spec.start_step) if spec.start_step else fn
 
@@ -134,13 +142,11 @@ def scheduled_reward(spec: RewardSpec, stage_max_length: int | None = None):
 def trl_config(cfg: GRPOConfig, ctx):
     from trl import GRPOConfig as TRLGRPOConfig
 
-    from stages.runtime import trainer_args
-
     vllm = {} if cfg.rollout == "hf" else {"use_vllm": True, "vllm_mode": cfg.rollout.removeprefix("vllm_")}
     beta = cfg.effective("beta")
     return TRLGRPOConfig(
         **trainer_args(cfg, ctx), **vllm,
-        # kimi_mirror_descent replaces TRL's loss (stages.grpo_trainer); "grpo" only keeps TRL's checks happy
+        # kimi_mirror_descent replaces TRL's loss (stages.kinds.grpo_trainer); "grpo" only keeps TRL's checks happy
         loss_type=cfg.loss if cfg.loss != "kimi_mirror_descent" else "grpo",
         scale_rewards="group" if cfg.effective("scale_rewards") else "none",
         # DeepSeekMath's plain k3 (TRL would also weight it by pi/pi_old, which differs once mu > 1)
@@ -155,31 +161,16 @@ def trl_config(cfg: GRPOConfig, ctx):
     )
 
 
-def run(cfg: GRPOConfig, ctx) -> dict:
+def run(cfg: GRPOConfig, ctx) -> StageOutput:
     import json
     from pathlib import Path
 
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
-    from stages.grpo_trainer import SAMPLER_STATE, PosttrainGRPOTrainer, RLOptions
-    from stages.prompt_sampler import PromptSampler
-    from stages.rewards import reward_counter_metrics, reward_tags
-    from stages.rl_curves import curve_metrics, plot_curves
-    from stages.runtime import (
-        last_checkpoint,
-        load_stage_rows,
-        lora_config,
-        progress_callback,
-        save_model,
-        train_metrics,
-    )
-    from stages.templates import render_prompt
+    from stages.kinds.grpo_trainer import SAMPLER_STATE, PosttrainGRPOTrainer, RLOptions
 
     model_dir = ctx.input("model")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=cfg.trust_remote_code)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(model_dir, cfg.trust_remote_code)
     rows = load_stage_rows(ctx.input("data"), ctx)
     dataset = Dataset.from_list([{"prompt": render_prompt(cfg.template, r), "answer": r["answer"],
                                   "language": r["language"], "_index": i} for i, r in enumerate(rows)])
@@ -191,7 +182,7 @@ def run(cfg: GRPOConfig, ctx) -> dict:
     rewards = [scheduled_reward(r, cfg.max_completion_length) for r in cfg.rewards]
     trainer = PosttrainGRPOTrainer(model=model_dir, args=trl_config(cfg, ctx), train_dataset=dataset,
                                    reward_funcs=rewards, processing_class=tokenizer,
-                                   peft_config=lora_config(cfg), callbacks=[progress_callback(ctx)], rl=rl)
+                                   peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks], rl=rl)
     resume = last_checkpoint(ctx)
     if resume and (Path(resume) / SAMPLER_STATE).exists():
         sampler.load_state_dict(json.loads((Path(resume) / SAMPLER_STATE).read_text()))
@@ -202,7 +193,7 @@ def run(cfg: GRPOConfig, ctx) -> dict:
     artifacts = []
     if ctx.is_main and plot_curves(trainer.state.log_history, ctx.output_dir / "rl_curves.png"):
         artifacts.append("rl_curves.png")
-    return {"outputs": {"model": "model"}, "metrics": metrics, "artifacts": artifacts, "tags": reward_tags(rewards)}
+    return StageOutput(outputs={"model": "model"}, metrics=metrics, artifacts=artifacts, tags=reward_tags(rewards))
 
 
 def difficulty_order(cfg: GRPOConfig, rows: list[dict]) -> list[float] | None:

@@ -5,7 +5,7 @@
 - DAPO's dynamic sampling: groups whose rewards (or, as DAPO does, whose accuracies) are all equal
   are dropped and the batch is refilled with fresh groups (at most `max_rounds` rollout rounds; then
   zero-variance groups fill the rest, masked out of the loss so they dilute nothing);
-- Kimi k1.5's mirror-descent loss (`stages.rl_losses.kimi_mirror_descent_loss`);
+- Kimi k1.5's mirror-descent loss (`stages.kinds.rl_losses.kimi_mirror_descent_loss`);
 - rollout and training throughput and an accuracy metric in every logged step.
 
 Everything else (generation, reference model, KL, clipping, the other losses, logging) is TRL's.
@@ -22,8 +22,8 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
-from stages.prompt_sampler import PromptSampler
-from stages.rl_losses import kimi_mirror_descent_loss, zero_variance_groups
+from stages.kinds.prompt_sampler import PromptSampler
+from stages.kinds.rl_losses import kimi_mirror_descent_loss, zero_variance_groups
 
 SAMPLER_STATE = "sampler_state.json"
 

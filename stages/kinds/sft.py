@@ -11,7 +11,18 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from stages.common import DataSpec, StageBase, TrainingKnobs
+from stages.kinds.common import DataSpec, StageBase, TrainingKnobs
+from stages.kinds.contracts import StageOutput
+from stages.kinds.runtime import (
+    last_checkpoint,
+    load_stage_rows,
+    lora_config,
+    progress_callback,
+    save_model,
+    train_metrics,
+    trainer_args,
+)
+from stages.rollouts import load_tokenizer
 
 
 class SFTConfig(StageBase, TrainingKnobs):
@@ -32,32 +43,20 @@ def to_prompt_completion(rows: list[dict]) -> list[dict]:
     return [{"prompt": r["prompt"], "completion": [{"role": "assistant", "content": r["solution"]}]} for r in rows]
 
 
-def run(cfg: SFTConfig, ctx) -> dict:
+def run(cfg: SFTConfig, ctx) -> StageOutput:
     from datasets import Dataset
-    from transformers import AutoTokenizer
     from trl import SFTConfig as TRLSFTConfig
     from trl import SFTTrainer
 
-    from stages.runtime import (
-        last_checkpoint,
-        load_stage_rows,
-        lora_config,
-        progress_callback,
-        save_model,
-        train_metrics,
-        trainer_args,
-    )
 
     model_dir = ctx.input("model")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=cfg.trust_remote_code)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(model_dir, cfg.trust_remote_code)
     train = Dataset.from_list(to_prompt_completion(load_stage_rows(ctx.input("data"), ctx)))
     args = TRLSFTConfig(**trainer_args(cfg, ctx), max_length=cfg.max_length, completion_only_loss=True,
                         model_init_kwargs={"trust_remote_code": cfg.trust_remote_code})
     trainer = SFTTrainer(model=model_dir, args=args, train_dataset=train, processing_class=tokenizer,
-                         peft_config=lora_config(cfg), callbacks=[progress_callback(ctx)])
+                         peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks])
     resume = last_checkpoint(ctx)
     trainer.train(resume_from_checkpoint=resume)
     save_model(trainer, tokenizer, ctx)
-    return {"outputs": {"model": "model"}, "metrics": {**train_metrics(trainer, resume), "train/rows": float(len(train))}}
+    return StageOutput(outputs={"model": "model"}, metrics={**train_metrics(trainer, resume), "train/rows": float(len(train))})

@@ -2,7 +2,7 @@
 
 They are the spec the tests check against hand-computed numbers. `grpo`, `dr_grpo` and `dapo` run
 inside TRL's GRPOTrainer (tests check that TRL computes the same values as these functions for the
-settings `stages.grpo` gives it); `kimi_mirror_descent` has no TRL counterpart and runs from here.
+settings `stages.kinds.grpo` gives it); `kimi_mirror_descent` has no TRL counterpart and runs from here.
 
 Shapes: B sequences, T completion tokens; `mask` is 1 on real completion tokens, 0 on padding.
 """

@@ -9,7 +9,7 @@ base model. Any other string containing `{prompt}` is a custom plain-text templa
 
 from __future__ import annotations
 
-from data_curation.schema import question_text
+from stages.core.text import question_text
 
 R1_ZERO = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "

@@ -21,14 +21,22 @@ class SamplingSpec:
     seed: int = 0
 
 
-def load_for_generation(model_dir: str, trust_remote_code: bool = False):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_tokenizer(model_dir: str, trust_remote_code: bool = False):
+    """The model's tokenizer, padding with end-of-sequence when it defines no pad token."""
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
-    tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_for_generation(model_dir: str, trust_remote_code: bool = False):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(model_dir, trust_remote_code)
+    tokenizer.padding_side = "left"  # generation appends on the right
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=trust_remote_code)
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
@@ -44,7 +52,7 @@ def _clean(text: str, tokenizer) -> str:
 def generate(model, tokenizer, prompts: list[list[dict] | str], spec: SamplingSpec,
              progress: bool = False) -> list[list[str]]:
     """Completions for each prompt: a list of `spec.n` strings per prompt. Chat prompts (lists of
-    messages) go through the chat template; plain strings (stages.templates) are used as they are."""
+    messages) go through the chat template; plain strings (stages.core.templates) are used as they are."""
     import torch
     from tqdm import tqdm
 

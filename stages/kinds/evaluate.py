@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from stages.common import DataSpec, RewardSpec, Strict
+from stages.kinds.common import DataSpec, RewardSpec, Strict
+from stages.rewards.verifiers import score_rows
 
 
 class EvalSpec(Strict):
@@ -21,42 +22,16 @@ class EvalSpec(Strict):
     top_p: float = Field(0.95, gt=0, le=1)
     table_rows: int = Field(8, ge=0, description="sample generations logged as a table")
     rewards: list[RewardSpec] = Field(default_factory=list, description="rewards also scored on the greedy outputs")
-    template: str = Field("chat", description="prompt template (stages.templates): chat, r1_zero or a {prompt} string")
+    template: str = Field("chat", description="prompt template (stages.core.templates): chat, r1_zero or a {prompt} string")
 
     @field_validator("template")
     @classmethod
     def _known_template(cls, value: str) -> str:
-        from stages.templates import check_template
+        from stages.core.templates import check_template
 
         if msg := check_template(value):
             raise ValueError(msg)
         return value
-
-
-VERIFIER_REWARDS = {"math": "accuracy_math", "code": "code_exec", "ifeval": "ifeval_constraints"}
-
-
-def score_rows(rows: list[dict], completions: list[str], counters: dict | None = None,
-               **math_options) -> list[float | None]:
-    """Verifier score per (row, completion), by the row's verifier: math answers by math-verify,
-    code by running its tests in the sandbox, instructions by their constraint checks. None where
-    the row cannot be judged (verifier "none", or an unparseable gold). `math_options` go to
-    `accuracy_math` (e.g. bare_answer=True for no-CoT probes); the verifiers' counters (timeouts,
-    errors, sandbox runs) are added to `counters` as `rewards/<name>/<counter>`."""
-    from stages.rewards import get_reward, reward_counter_metrics
-
-    scores: list[float | None] = [None] * len(rows)
-    for verifier, reward_name in VERIFIER_REWARDS.items():
-        idx = [i for i, r in enumerate(rows) if r["verifier"] == verifier]
-        if idx:
-            reward = get_reward(reward_name, **(math_options if verifier == "math" else {}))
-            values = reward(completions=[completions[i] for i in idx], answer=[rows[i]["answer"] for i in idx])
-            for i, v in zip(idx, values):
-                scores[i] = v
-            if counters is not None:
-                for key, n in reward_counter_metrics([reward]).items():
-                    counters[key] = counters.get(key, 0.0) + n
-    return scores
 
 
 def score_rewards(specs: list[RewardSpec], rows: list[dict], completions: list[str],
@@ -85,11 +60,11 @@ def _mean(values) -> float:
 
 def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code: bool = False) -> tuple[dict, list[dict]]:
     """Return (metrics, sample table rows)."""
-    from stages.generation import SamplingSpec, generate, load_for_generation
-    from stages.rewards.format import is_well_formed, split_thinking
+    from stages.core.text import is_well_formed, split_thinking
+    from stages.rollouts import SamplingSpec, generate, load_for_generation
 
     model, tokenizer = load_for_generation(model_dir, trust_remote_code)
-    from stages.templates import render_prompt
+    from stages.core.templates import render_prompt
 
     prompts = [render_prompt(spec.template, r) for r in rows]
     greedy = [c[0] for c in generate(model, tokenizer, prompts,

@@ -10,14 +10,21 @@ from pathlib import Path
 
 from data_curation.schema import check_row
 from data_curation.sources import load_rows
-from pipeline.home import write_json_atomic
+from stages.core.files import write_json_atomic
+from stages.kinds.contracts import WorkerSpec
 
 
 @dataclass
 class StageContext:
-    spec: dict
-    output_dir: Path
+    """What a kind's `run` gets besides its config: the worker spec (inputs, output directory),
+    extra metrics to report, and trainer callbacks from the worker (its MLflow step logger)."""
+    spec: WorkerSpec
     metrics: dict = field(default_factory=dict)  # extra metrics the worker adds to the stage's result
+    callbacks: list = field(default_factory=list)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.spec.output_dir)
 
     @property
     def rank(self) -> int:
@@ -31,16 +38,13 @@ class StageContext:
     def checkpoint_dir(self) -> Path:
         return self.output_dir / "checkpoints"
 
-    @property
-    def deepspeed_config(self) -> str | None:
-        return self.spec.get("deepspeed_config")
-
-    @property
-    def reports_to_mlflow(self) -> bool:
-        return bool(self.spec.get("mlflow_run_id"))
-
     def input(self, name: str):
-        return self.spec["inputs"][name]
+        return self.spec.inputs[name]
+
+    @classmethod
+    def local(cls, output_dir: Path, inputs: dict | None = None, kind: str = "") -> StageContext:
+        """A context for running a kind by hand (tests, notebooks): no MLflow, no evaluation."""
+        return cls(WorkerSpec(kind=kind, stage={}, inputs=inputs or {}, eval=None, output_dir=str(output_dir)))
 
 
 def load_stage_rows(data: dict, ctx: StageContext | None = None) -> list[dict]:
@@ -101,7 +105,7 @@ def trainer_args(cfg, ctx: StageContext) -> dict:
         gradient_accumulation_steps=cfg.gradient_accumulation_steps, save_steps=cfg.save_steps,
         save_total_limit=2, logging_steps=cfg.logging_steps, seed=cfg.seed, bf16=cfg.bf16,
         gradient_checkpointing=cfg.gradient_checkpointing, use_cpu=not torch.cuda.is_available(),
-        report_to=["mlflow"] if ctx.reports_to_mlflow else [], deepspeed=ctx.deepspeed_config,
+        report_to=[], deepspeed=ctx.spec.deepspeed_config,  # step metrics go through ctx.callbacks
         disable_tqdm=False, dataloader_num_workers=0, save_only_model=False,
     )
 

@@ -12,8 +12,16 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from data_curation.sampling_filters import NO_COT_INSTRUCTION
-from stages.common import DataSpec, StageBase
+from data_curation.decontaminate import build_index, decontaminate
+from data_curation.dedup import dedup
+from data_curation.report import examples_table, report_metrics, write_outputs
+from data_curation.sampling_filters import NO_COT_INSTRUCTION, difficulty_filter, no_cot_filter
+from data_curation.sources import check_data_spec, load_rows, source_fingerprint
+from data_curation.trace_filter import trace_problem
+from stages.kinds.common import DataSpec, StageBase
+from stages.kinds.contracts import StageOutput
+from stages.kinds.runtime import load_stage_rows
+from stages.rollouts import SamplingSpec, vllm_unavailable
 
 Rollout = Literal["hf", "vllm"]
 
@@ -43,8 +51,6 @@ class DecontaminateConfig(CurationBase):
         return value
 
     def semantic_errors(self) -> list[tuple[tuple, str]]:
-        from data_curation.sources import check_data_spec
-
         errors = []
         for i, spec in enumerate(self.eval_sets):
             if spec.stage_ref:
@@ -53,8 +59,6 @@ class DecontaminateConfig(CurationBase):
         return errors
 
     def input_fingerprints(self) -> dict[str, str]:
-        from data_curation.sources import source_fingerprint
-
         return {f"eval_sets.{i}": source_fingerprint(s.source, s.params) for i, s in enumerate(self.eval_sets)}
 
 
@@ -78,13 +82,9 @@ class SamplingFilterBase(CurationBase):
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("model",)
 
     def semantic_errors(self) -> list[tuple[tuple, str]]:
-        from stages.generation import vllm_unavailable
-
         return [(("rollout",), msg) for msg in vllm_unavailable()] if self.rollout == "vllm" else []
 
     def sampling(self, n: int):
-        from stages.generation import SamplingSpec
-
         return SamplingSpec(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
                             n=n, batch_size=self.batch_size, seed=self.seed)
 
@@ -123,52 +123,51 @@ CURATION_CONFIGS = {c.model_fields["kind"].default: c for c in (
     DecontaminateConfig, DedupConfig, DifficultyFilterConfig, NoCotFilterConfig, TraceFilterConfig)}
 
 
+def partition(judged, describe) -> tuple[list[dict], list[dict]]:
+    """(kept, removed) from (row, finding or None) pairs; `describe(finding)` is (reason, evidence)."""
+    kept, removed = [], []
+    for row, finding in judged:
+        if finding:
+            reason, evidence = describe(finding)
+            removed.append({**row, "removed_reason": reason, "evidence": evidence})
+        else:
+            kept.append(row)
+    return kept, removed
+
+
+def select_rows(cfg, rows: list[dict], model_dir: str | None, eval_rows: list[dict] | None):
+    """(kept, removed, extra report fields, measured pass rates or None) for one curation step."""
+    if cfg.kind == "decontaminate":
+        index = build_index(eval_rows, cfg.ngram)
+        kept, removed = partition(decontaminate(rows, index, cfg.mode, cfg.threshold), lambda ev: ("contaminated", ev))
+        return kept, removed, {"eval_items": index.size}, None
+    if cfg.kind == "dedup":
+        found = dedup(rows, cfg.near, cfg.threshold, cfg.num_perm, cfg.shingle)
+        kept, removed = partition(found, lambda ev: (ev.pop("reason"), ev))
+        return kept, removed, {}, None
+    if cfg.kind == "trace_filter":
+        rules = cfg.model_dump(include={"min_language_share", "max_paragraph_words", "max_repeated_share",
+                                        "code_in_math", "check_answer"})
+        kept, removed = partition(((row, trace_problem(row, **rules)) for row in rows), lambda problem: problem)
+        return kept, removed, {}, None
+    if cfg.kind == "difficulty_filter":
+        return difficulty_filter(model_dir, rows, cfg.sampling(cfg.samples), cfg.low, cfg.high, cfg.template,
+                                 cfg.rollout, cfg.trust_remote_code)
+    kept, removed, extra = no_cot_filter(model_dir, rows, cfg.sampling(cfg.tries), cfg.instruction, cfg.rollout,
+                                         cfg.trust_remote_code)
+    return kept, removed, extra, None
+
+
 def curate(cfg, rows: list[dict], out_dir, model_dir: str | None = None, eval_rows: list[dict] | None = None) -> dict:
     """Run one curation step on `rows` and write its outputs into `out_dir`; returns the report."""
-    from data_curation.report import write_outputs
-
-    kept, removed, extra, rates = [], [], {}, None
-    if cfg.kind == "decontaminate":
-        from data_curation.decontaminate import build_index, decontaminate
-        index = build_index(eval_rows, cfg.ngram)
-        extra["eval_items"] = index.size
-        for row, evidence in decontaminate(rows, index, cfg.mode, cfg.threshold):
-            (removed.append({**row, "removed_reason": "contaminated", "evidence": evidence}) if evidence
-             else kept.append(row))
-    elif cfg.kind == "dedup":
-        from data_curation.dedup import dedup
-        for row, evidence in dedup(rows, cfg.near, cfg.threshold, cfg.num_perm, cfg.shingle):
-            (removed.append({**row, "removed_reason": evidence.pop("reason"), "evidence": evidence}) if evidence
-             else kept.append(row))
-    elif cfg.kind == "trace_filter":
-        from data_curation.trace_filter import trace_problem
-        for row in rows:
-            problem = trace_problem(row, min_language_share=cfg.min_language_share,
-                                    max_paragraph_words=cfg.max_paragraph_words,
-                                    max_repeated_share=cfg.max_repeated_share, code_in_math=cfg.code_in_math,
-                                    check_answer=cfg.check_answer)
-            (removed.append({**row, "removed_reason": problem[0], "evidence": problem[1]}) if problem
-             else kept.append(row))
-    elif cfg.kind == "difficulty_filter":
-        from data_curation.sampling_filters import difficulty_filter
-        kept, removed, extra, rates = difficulty_filter(model_dir, rows, cfg.sampling(cfg.samples), cfg.low, cfg.high,
-                                                        cfg.template, cfg.rollout, cfg.trust_remote_code)
-    elif cfg.kind == "no_cot_filter":
-        from data_curation.sampling_filters import no_cot_filter
-        kept, removed, extra = no_cot_filter(model_dir, rows, cfg.sampling(cfg.tries), cfg.instruction, cfg.rollout,
-                                             cfg.trust_remote_code)
-    else:
-        raise ValueError(f"unknown curation step {cfg.kind!r}")
+    kept, removed, extra, rates = select_rows(cfg, rows, model_dir, eval_rows)
     return write_outputs(out_dir, cfg.kind, kept, removed, extra, rates)
 
 
-def run(cfg, ctx) -> dict:
-    """The stage entry the worker calls (stages.registry maps every curation kind here)."""
+def run(cfg, ctx) -> StageOutput:
+    """The stage entry the worker calls (the registry maps every curation kind here)."""
     import json
 
-    from data_curation.report import examples_table, report_metrics
-    from data_curation.sources import load_rows
-    from stages.runtime import load_stage_rows
 
     rows = load_stage_rows(ctx.input("data"), ctx)
     eval_rows = None
@@ -179,5 +178,5 @@ def run(cfg, ctx) -> dict:
     examples = json.loads((ctx.output_dir / "removed_examples.json").read_text())
     table = examples_table(examples)
     artifacts = ["report.json"] + (["pass_rates.png"] if (ctx.output_dir / "pass_rates.png").exists() else [])
-    return {"outputs": {"dataset": "kept.jsonl"}, "metrics": report_metrics(report), "artifacts": artifacts,
-            "tables": {"removed_examples.json": table} if table else {}}
+    return StageOutput(outputs={"dataset": "kept.jsonl"}, metrics=report_metrics(report), artifacts=artifacts,
+                       tables={"removed_examples.json": table} if table else {})

@@ -1,0 +1,40 @@
+"""Files written so that a crash never leaves half of one, and content fingerprints of files and
+model directories (part of every cache key)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_json_atomic(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def dir_fingerprint(path: Path, pattern: str = "*.safetensors") -> str:
+    """Content hash of the weight files of a model directory (names and bytes), or of one file."""
+    if Path(path).is_file():
+        return sha256_file(Path(path))
+    h = hashlib.sha256()
+    files = sorted(Path(path).glob(pattern)) or sorted(p for p in Path(path).rglob("*") if p.is_file())
+    for f in files:
+        h.update(f.name.encode())
+        h.update(sha256_file(f).encode())
+    return h.hexdigest()

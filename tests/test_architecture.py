@@ -1,0 +1,105 @@
+"""The structure holds: the cache key's code version follows every module a kind uses (so an edit
+is never served stale from cache), each kind is one registry record, and the CLI's curation flags
+come from the config models."""
+
+import shutil
+from pathlib import Path
+
+from stages.core.fingerprints import code_fingerprint, module_closure
+from stages.kinds.registry import SHARED_MODULES, STAGE_KINDS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _tree(tmp_path: Path) -> Path:
+    for package in ("stages", "pipeline", "data_curation"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def _key(kind: str, root: Path) -> str:
+    code_fingerprint.cache_clear()
+    return code_fingerprint((STAGE_KINDS[kind].run.__module__, *SHARED_MODULES), root)
+
+
+def test_editing_any_module_a_kind_uses_changes_its_key(tmp_path):
+    root = _tree(tmp_path)
+    used = module_closure(("stages.kinds.grpo", *SHARED_MODULES), root)
+    rel = {str(p.relative_to(root)) for p in used}
+    # reached only through imports inside functions and through other modules
+    assert {"stages/kinds/grpo_trainer.py", "stages/rewards/math.py", "stages/rewards/harness.py",
+            "stages/rewards/sandbox.py", "data_curation/sources/synthetic_math.py", "stages/core/text.py"} <= rel
+    for edited in ["stages/kinds/grpo_trainer.py", "stages/rewards/math.py", "data_curation/sources/synthetic_math.py",
+                   "stages/core/text.py", "stages/rewards/__init__.py", "stages/rewards/harness.py"]:
+        before = {k: _key(k, root) for k in ("grpo", "sft")}
+        with open(root / edited, "a") as f:
+            f.write("\n# edited\n")
+        after = {k: _key(k, root) for k in ("grpo", "sft")}
+        assert after["grpo"] != before["grpo"], edited
+    before = {k: _key(k, root) for k in STAGE_KINDS}
+    with open(root / "pipeline" / "ui.py", "a") as f:  # no kind imports the UI launcher
+        f.write("\n# edited\n")
+    with open(root / "stages" / "kinds" / "rl_losses.py", "a") as f:  # only grpo uses the RL losses
+        f.write("\n# edited\n")
+    after = {k: _key(k, root) for k in STAGE_KINDS}
+    assert after["sft"] == before["sft"] and after["dedup"] == before["dedup"]
+    assert after["grpo"] != before["grpo"]
+    code_fingerprint.cache_clear()
+
+
+def test_every_kind_is_one_record_with_its_config_and_run():
+    assert set(STAGE_KINDS) == {"sft", "grpo", "decontaminate", "dedup", "difficulty_filter", "no_cot_filter",
+                                "trace_filter"}
+    for name, kind in STAGE_KINDS.items():
+        assert kind.config.model_fields["kind"].default == name and callable(kind.run) and kind.outputs
+
+
+def test_curation_flags_come_from_the_config_models():
+    import argparse
+
+    from pipeline.cli_curate import add_parser
+    from stages.kinds.curation import CURATION_CONFIGS
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["curate", "decontaminate", "--train", "x.jsonl", "--out", "o", "--eval", "champ",
+                              "--mode", "coverage", "--ngram", "13"])
+    assert (args.mode, args.ngram) == ("coverage", 13)
+    for kind, model in CURATION_CONFIGS.items():
+        step = kind.replace("_", "-")
+        text = parser._subparsers._group_actions[0].choices["curate"]._subparsers._group_actions[0].choices[step].format_help()
+        for field, info in model.model_fields.items():
+            if field not in ("name", "kind", "evaluate", "data", "eval_sets", "launcher"):
+                assert "--" + field.replace("_", "-") in text, (kind, field)
+
+
+def test_the_readme_example_kind_is_one_module_and_one_registry_line(tmp_path):
+    """Copy the code, add README's `head` kind exactly as written there, and use it in a recipe."""
+    import re
+    import subprocess
+    import sys
+
+    root = _tree(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    module = next(b for b in blocks if b.startswith("# stages/kinds/head.py"))
+    (root / "stages" / "kinds" / "head.py").write_text(module)
+    registry = root / "stages" / "kinds" / "registry.py"
+    text = registry.read_text().replace("from stages.kinds import curation, grpo, sft",
+                                        "from stages.kinds import curation, grpo, head, sft")
+    registry.write_text(text.replace("\n]\n", "\n    StageKind(head.HeadConfig, head.run),\n]\n", 1))
+    (root / "head.yaml").write_text("name: head\neval: null\nstages:\n  - {name: first, kind: head, "
+                                    "data: {source: synthetic_math, n: 10}, n: 3}\n")
+    script = ("from pipeline.recipe import load_recipe\n"
+              "from stages.kinds.registry import STAGE_KINDS\n"
+              "from stages.kinds.runtime import StageContext\n"
+              "import sys\n"
+              "stage = load_recipe('head.yaml').recipe.stages[0]\n"
+              "data = stage.data.model_dump(mode='json')\n"
+              "out = STAGE_KINDS['head'].run(stage, StageContext.local(sys.argv[1], {'data': data}))\n"
+              "print(out.outputs, out.metrics)\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], cwd=root, capture_output=True,
+                          text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root),
+                                                       "POSTTRAIN_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "{'dataset': 'kept.jsonl'} {'head/rows': 3.0}" in proc.stdout
+    assert len((tmp_path / "out" / "kept.jsonl").read_text().splitlines()) == 3
