@@ -9,6 +9,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from stages.core.files import write_json_atomic
+
 EXAMPLES_PER_REASON = 5
 
 
@@ -28,8 +30,6 @@ def write_outputs(out_dir: Path, step: str, kept: list[dict], removed: list[dict
                   extra: dict | None = None, pass_rates: list[float] | None = None) -> dict:
     """Write the outputs and return the report; raise EverythingRemoved when nothing is kept.
     `removed` rows carry `removed_reason` and `evidence`."""
-    from stages.core.files import write_json_atomic
-
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = Counter(r["removed_reason"] for r in removed)
     report = {"step": step, "rows_in": len(kept) + len(removed), "rows_out": len(kept),

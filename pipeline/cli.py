@@ -1,5 +1,6 @@
 """`posttrain`: run, validate, list, show, serve, ui, models, generate, data, curate. Exit 2 on a bad
-recipe, before any compute."""
+recipe, before any compute. Subcommands import what they need when they run: Prefect and the flow
+take seconds to import, and `posttrain validate` or `--help` should not wait for them."""
 
 from __future__ import annotations
 

@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.worker import die_with_parent
+from pipeline.worker import die_with_parent, run_spec
 from stages.kinds.common import LaunchSpec
+from stages.kinds.contracts import WorkerSpec
 
 TAIL_LINES = 40
 
@@ -66,10 +67,9 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 def run_worker(spec_path: Path, launch: LaunchSpec, log_path: Path, env: dict[str, str],
                on_progress: Callable[[dict], None] | None = None) -> None:
     """Run the worker for `spec_path` to completion or raise StageFailed with its log tail."""
-    spec = json.loads(spec_path.read_text())
-    out_dir = Path(spec["output_dir"])
+    spec = WorkerSpec.model_validate_json(spec_path.read_text())
+    out_dir = Path(spec.output_dir)
     if launch.mode == "inprocess":
-        from pipeline.worker import run_spec
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:

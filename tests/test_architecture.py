@@ -57,6 +57,7 @@ def test_every_kind_is_one_record_with_its_config_and_run():
 def test_curation_flags_come_from_the_config_models():
     import argparse
 
+    from pipeline.cli_args import add_model_arguments
     from pipeline.cli_curate import add_parser
     from stages.kinds.curation import CURATION_CONFIGS
 
@@ -66,9 +67,10 @@ def test_curation_flags_come_from_the_config_models():
                               "--mode", "coverage", "--ngram", "13"])
     assert (args.mode, args.ngram) == ("coverage", 13)
     for kind, model in CURATION_CONFIGS.items():
-        step = kind.replace("_", "-")
-        text = parser._subparsers._group_actions[0].choices["curate"]._subparsers._group_actions[0].choices[step].format_help()
-        for field, info in model.model_fields.items():
+        one = argparse.ArgumentParser()
+        add_model_arguments(one, model, skip={"name", "kind", "evaluate"})
+        text = one.format_help()
+        for field in model.model_fields:
             if field not in ("name", "kind", "evaluate", "data", "eval_sets", "launcher"):
                 assert "--" + field.replace("_", "-") in text, (kind, field)
 

@@ -13,6 +13,7 @@ from types import ModuleType
 
 from data_curation.schema import check_row
 from data_curation.sources import champ, files, general_chat, humaneval, ifeval_synthetic, synthetic_math
+from stages.core.fingerprints import code_fingerprint
 
 MODULES: dict[str, ModuleType] = {m.NAME: m for m in (synthetic_math, champ, humaneval, ifeval_synthetic,
                                                       general_chat, files)}
@@ -54,10 +55,10 @@ def load_rows(source: str, split: str = "train", n: int | None = None, seed: int
 
 
 def source_fingerprint(source: str, params: dict | None = None) -> str:
-    """Hash of the source's code and, where it has one, of its content (a file's bytes, a package's
-    version): data that changed gets a new cache key."""
+    """Hash of the source's code (its module and every project module it imports) and, where it has
+    one, of its content (a file's bytes, a package's version): data that changed gets a new cache key."""
     module = MODULES[source]
-    h = hashlib.sha256(inspect.getsource(module).encode())
+    h = hashlib.sha256(code_fingerprint((module.__name__,)).encode())
     if hasattr(module, "fingerprint"):
         h.update(module.fingerprint(**(params or {})).encode())
     return h.hexdigest()[:16]

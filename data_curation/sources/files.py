@@ -18,6 +18,7 @@ from pathlib import Path
 
 from data_curation.schema import VERIFIERS, make_row
 from data_curation.sources.splits import in_split
+from stages.core.files import dir_fingerprint, sha256_file
 
 NAME = "file"
 REQUIRES = None
@@ -98,7 +99,6 @@ def rows(split: str = "all", n: int | None = None, seed: int = 0, path: str = ""
 
 
 def fingerprint(path: str = "", **_) -> str:
-    from stages.core.files import dir_fingerprint, sha256_file
 
     file = Path(path).expanduser()
     if not file.exists():

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from data_curation.schema import make_row
 from data_curation.sources.splits import in_split
+from stages.rewards.ifeval import check_constraints
 
 NAME = "ifeval_synthetic"
 TOPICS = {  # topic -> facts a reference answer is made of
@@ -86,7 +87,6 @@ def _build(r: random.Random, topic: str) -> tuple[str, str, list[dict]]:
 
 
 def rows(split: str = "train", n: int | None = 200, seed: int = 0, eval_share: float = 0.2) -> Iterator[dict]:
-    from stages.rewards.ifeval import check_constraints
 
     n = 200 if n is None else n
     made, index, seen = 0, 0, set()

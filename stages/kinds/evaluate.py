@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from stages.core.templates import check_template, render_prompt
+from stages.core.text import is_well_formed, split_thinking
 from stages.kinds.common import DataSpec, RewardSpec, Strict
+from stages.rewards import combined, get_reward, reward_counter_metrics, reward_stats
 from stages.rewards.verifiers import score_rows
+from stages.rollouts import SamplingSpec, generate, load_for_generation
 
 
 class EvalSpec(Strict):
@@ -27,8 +31,6 @@ class EvalSpec(Strict):
     @field_validator("template")
     @classmethod
     def _known_template(cls, value: str) -> str:
-        from stages.core.templates import check_template
-
         if msg := check_template(value):
             raise ValueError(msg)
         return value
@@ -38,8 +40,6 @@ def score_rewards(specs: list[RewardSpec], rows: list[dict], completions: list[s
                   completion_ids: list[list[int]] | None = None, max_length: int | None = None) -> dict[str, float]:
     """Each named reward's mean, std and None count, its counters, and the weighted combination's
     mean. Length rewards measure `completion_ids` (tokens), as in training."""
-    from stages.rewards import combined, get_reward, reward_counter_metrics, reward_stats
-
     columns = {"answer": [r["answer"] for r in rows], "language": [r["language"] for r in rows]}
     prompts = [r["prompt"] for r in rows]
     rewards = [get_reward(s.name, max_length, **s.params) for s in specs]
@@ -60,12 +60,7 @@ def _mean(values) -> float:
 
 def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code: bool = False) -> tuple[dict, list[dict]]:
     """Return (metrics, sample table rows)."""
-    from stages.core.text import is_well_formed, split_thinking
-    from stages.rollouts import SamplingSpec, generate, load_for_generation
-
     model, tokenizer = load_for_generation(model_dir, trust_remote_code)
-    from stages.core.templates import render_prompt
-
     prompts = [render_prompt(spec.template, r) for r in rows]
     greedy = [c[0] for c in generate(model, tokenizer, prompts,
                                      SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size),

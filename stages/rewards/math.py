@@ -25,6 +25,7 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 
 from stages.core.text import answer_region, extract_answer
 from stages.rewards.base import Reward, completion_text
+from stages.rewards.pool import ScoringPool
 
 LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
 LETTER_RUN = re.compile(r"[A-Za-z]{2,}")
@@ -83,8 +84,6 @@ _POOLS: dict[tuple, object] = {}
 
 def shared_pool(workers: int | None, timeout_s: float):
     """One scoring pool per (workers, timeout) and process, started on first use."""
-    from stages.rewards.pool import ScoringPool
-
     key = (workers, timeout_s)
     if key not in _POOLS:
         _POOLS[key] = ScoringPool(score_math, workers=workers, timeout_s=timeout_s)
