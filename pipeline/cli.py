@@ -28,7 +28,20 @@ def cmd_run(args) -> int:
     _load(args)  # refuse a bad recipe before Prefect or any model starts
     # Prefect cancels a flow run with SIGTERM; turn it into an exception so stage workers get killed.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
-    from pipeline import runs
+    from pipeline import prefect_api, runs
+
+    def warm_up():  # overlaps imports and MLflow's store set-up with a temporary server's start
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401  (the stage comparison plot at the end)
+
+        import pipeline.flow  # noqa: F401
+        from pipeline import tracking
+
+        tracking.client()
+
+    print(f"posttrain: using {prefect_api.connect(warm_up)}", flush=True)
     from pipeline.flow import run_recipe
 
     run_id = runs.new_run_id(args.recipe.rsplit("/", 1)[-1].removesuffix(".yaml"))
@@ -75,6 +88,9 @@ def cmd_show(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    from pipeline import prefect_api
+
+    print(f"posttrain: using {prefect_api.connect()}", flush=True)
     from prefect import serve
 
     from pipeline.flow import run_recipe
@@ -84,6 +100,13 @@ def cmd_serve(args) -> int:
                                             description=f"posttrain recipe {name}") for name in list_recipes()]
     print(f"serving {len(deployments)} deployments: {', '.join(list_recipes())}; launch them from the Prefect UI")
     serve(*deployments)
+    return 0
+
+
+def cmd_gc(args) -> int:
+    from pipeline.gc import collect
+
+    collect(args.keep_runs, args.dry_run)
     return 0
 
 
@@ -114,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     sp = sub.add_parser("serve", help="serve one Prefect deployment per recipe")
     sp.add_argument("--profile", default="tiny")
     sp.set_defaults(fn=cmd_serve)
+    sp = sub.add_parser("gc", help="remove stage outputs and checkpoints that no kept run references")
+    sp.add_argument("--keep-runs", type=int, default=5, help="keep the outputs of the newest N runs (default 5)")
+    sp.add_argument("--dry-run", action="store_true", help="only print what would go")
+    sp.set_defaults(fn=cmd_gc)
     sp = sub.add_parser("ui", help="start the Prefect and MLflow UIs on localhost")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--prefect-port", type=int, default=4200)

@@ -33,6 +33,7 @@ from data_curation.sources import source_fingerprint
 from pipeline import runs, tracking
 from pipeline.home import home, publish_dir
 from pipeline.launcher import run_worker
+from pipeline.locks import held, lock_path
 from pipeline.models import model_fingerprint, resolve_model
 from pipeline.recipe import ResolvedRecipe, deepspeed_config_path, list_profiles, list_recipes, load_recipe
 from stages.core.files import dir_fingerprint, write_json_atomic
@@ -90,11 +91,25 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
 @task(cache_key_fn=lambda ctx, params: params["cache_key"], persist_result=True, result_serializer="json")
 def execute_stage(cache_key: str, plan: StagePlan, parent_run_id: str) -> dict:
     """Train + evaluate one stage into a partial dir, then publish it. Returns the StageResult (as a
-    dict: it is the Prefect cache value)."""
+    dict: it is the Prefect cache value). One writer per output: a second run of the same stage
+    waits on the stage's lock, then takes the published result."""
     logger = get_run_logger()
     final = Path(plan.output_dir)
-    if (final / "result.json").exists():  # finished earlier, only the cache record was missing
-        return json.loads((final / "result.json").read_text())
+
+    def waiting(holder: str) -> None:
+        logger.info("stage %s is being trained by another run (pid %s); waiting for it", plan.name, holder)
+
+    with held(stage_lock(plan.recipe, final.name), on_wait=waiting):
+        if (final / "result.json").exists():  # published earlier, or by the run we waited for
+            return {**json.loads((final / "result.json").read_text()), "reused": True}
+        return _train_stage(cache_key, plan, parent_run_id, final, logger)
+
+
+def stage_lock(recipe: str, output_name: str) -> Path:
+    return lock_path("stages", recipe, output_name)
+
+
+def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Path, logger) -> dict:
     partial = final.with_name(final.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
     write_json_atomic(partial / "stage_config.json", plan.model_dump(
@@ -176,12 +191,14 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
                 state.result()  # raises the stage's error
             result = StageResult.model_validate(state.result())
             cached = state.name == "Cached"
-            child = _record_cached(parent, plan, result) if cached else result.mlflow_run_id
-            entry.update(status="completed", cached=cached, metrics=result.metrics, mlflow_run_id=child,
-                         mlflow_url=tracking.run_url(child), output_dir=result.output_dir,
+            reused = cached or result.reused  # served from a published directory, not trained by this run
+            child = _record_cached(parent, plan, result) if reused else result.mlflow_run_id
+            entry.update(status="completed", cached=cached, reused=reused, metrics=result.metrics,
+                         mlflow_run_id=child, mlflow_url=tracking.run_url(child), output_dir=result.output_dir,
                          cache_key=plan.cache_key)
             upstream[stage.name] = result
-            logger.info("stage %s %s in %.1f s", stage.name, "cached" if cached else "completed", entry["duration_s"])
+            how = "cached" if cached else "reused (published by another run)" if reused else "completed"
+            logger.info("stage %s %s in %.1f s", stage.name, how, entry["duration_s"])
             runs.save(record)
         record["status"] = "completed"
     except BaseException:

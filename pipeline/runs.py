@@ -56,7 +56,8 @@ def format_table(record: dict) -> str:
     rows = [cols]
     for s in record["stages"]:
         m = s.get("metrics", {})
-        rows.append([s["name"], s["kind"], s["status"] + (" (cached)" if s.get("cached") else ""),
+        how = " (cached)" if s.get("cached") else " (reused)" if s.get("reused") else ""
+        rows.append([s["name"], s["kind"], s["status"] + how,
                      f"{s.get('duration_s', 0):.1f}", *[f"{m[k]:.4g}" if k in m else "-" for k in KEY_METRICS],
                      s.get("mlflow_run_id") or "-"])
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from pipeline.home import tracking_uri
+from pipeline.locks import held, lock_path
 from stages.rewards.sandbox import SANDBOX_TAG  # noqa: F401  (the one tag a reward sets: re-exported here)
 
 UI_URL = os.environ.get("POSTTRAIN_MLFLOW_UI", "http://127.0.0.1:5000")
@@ -30,11 +31,22 @@ def checksum_tag(output: str) -> str:
     return f"posttrain.{output}_sha256"
 
 
+_SCHEMA_READY: set[str] = set()
+
+
 def client():
+    """The MLflow client. The first use of a SQLite store in a process creates or checks its schema
+    under a file lock: two first runs on a fresh home would otherwise race on creating the tables."""
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri())
-    return mlflow.MlflowClient(tracking_uri())
+    uri = tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    c = mlflow.MlflowClient(uri)
+    if uri.startswith("sqlite") and uri not in _SCHEMA_READY:
+        with held(lock_path("mlflow-schema")):
+            c.search_experiments(max_results=1)
+        _SCHEMA_READY.add(uri)
+    return c
 
 
 def experiment_id(recipe: str) -> str:

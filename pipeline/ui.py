@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from pipeline.home import tracking_uri
+from pipeline.prefect_api import server_record, write_server_record
 
 
 def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: int = 5000) -> int:
@@ -21,6 +22,7 @@ def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: in
     print(f"Prefect UI: http://{host}:{prefect_port}   (runs from `posttrain serve` appear here)\n"
           f"MLflow UI:  http://{host}:{mlflow_port}   (experiments posttrain/<recipe>; parent run = pipeline)\n"
           f"state in {os.environ.get('POSTTRAIN_HOME', '.posttrain')}; Ctrl-C stops both")
+    write_server_record(f"http://{host}:{prefect_port}/api", procs[0].pid)  # `posttrain run` uses this server
     try:
         while all(p.poll() is None for p in procs):
             time.sleep(1)
@@ -31,4 +33,5 @@ def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: in
             p.terminate()
         for p in procs:
             p.wait(timeout=30)
+        server_record().unlink(missing_ok=True)
     return 0

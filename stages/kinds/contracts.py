@@ -69,3 +69,4 @@ class StageResult(Contract):
     outputs: dict[str, str]
     metrics: dict[str, float]
     fingerprints: dict[str, str]
+    reused: bool = Field(False, description="served from the published directory, not trained by this call")
