@@ -34,7 +34,7 @@ def cmd_run(args) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot  # noqa: F401  (the stage comparison plot at the end)
+        import matplotlib.pyplot  # the stage comparison plot at the end
 
         import pipeline.flow  # noqa: F401
         from pipeline import tracking

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,15 +12,20 @@ from pathlib import Path
 
 from pipeline.home import tracking_uri
 from pipeline.prefect_api import server_record, write_server_record
+from pipeline.worker import die_with_parent
 
 
 def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: int = 5000) -> int:
     bindir = Path(sys.executable).parent
+    # Each server in its own process group (stopped as a group: mlflow ui has uvicorn workers) and
+    # killed by the kernel if this process is (PR_SET_PDEATHSIG).
+    group = {"start_new_session": True, "preexec_fn": die_with_parent}
     procs = [
-        subprocess.Popen([str(bindir / "prefect"), "server", "start", "--host", host, "--port", str(prefect_port)]),
+        subprocess.Popen([str(bindir / "prefect"), "server", "start", "--host", host, "--port", str(prefect_port)], **group),
         subprocess.Popen([str(bindir / "mlflow"), "ui", "--backend-store-uri", tracking_uri(),
-                          "--host", host, "--port", str(mlflow_port)]),
+                          "--host", host, "--port", str(mlflow_port)], **group),
     ]
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     print(f"Prefect UI: http://{host}:{prefect_port}   (runs from `posttrain serve` appear here)\n"
           f"MLflow UI:  http://{host}:{mlflow_port}   (experiments posttrain/<recipe>; parent run = pipeline)\n"
           f"state in {os.environ.get('POSTTRAIN_HOME', '.posttrain')}; Ctrl-C stops both")
@@ -30,8 +37,12 @@ def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: in
         pass
     finally:
         for p in procs:
-            p.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
         for p in procs:
-            p.wait(timeout=30)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
         server_record().unlink(missing_ok=True)
     return 0

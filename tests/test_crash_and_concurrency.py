@@ -1,0 +1,137 @@
+"""Crashes leave nothing behind and concurrent runs are safe: SIGKILL of `posttrain run` takes its
+workers and its temporary Prefect API with it; two identical runs on a fresh home publish each stage
+once; a lock whose holder died never blocks; `posttrain gc` frees what no kept run needs."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import POSTTRAIN, REPO, cli_env, run_cli
+
+pytestmark = pytest.mark.slow
+QUICK = ["--set", "stages.cold_start.max_steps=3", "--set", "stages.polish.max_steps=3", "--set", "eval=null"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _members(pgid: int) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(p.name))
+    return out
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_sigkill_of_the_run_leaves_no_process_and_the_rerun_resumes(tmp_path, tiny_model):
+    home = tmp_path / "home"
+    args = ["run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=40",
+            "--set", "stages.cold_start.save_steps=5", "--set", "eval=null"]
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=cli_env(home), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    stage = _wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial"), None)
+                      if (home / "stages" / "smoke").exists() else None, 240, "the stage to start")
+    _wait_for(lambda: sorted((stage / "checkpoints").glob("checkpoint-*/trainer_state.json")), 300, "a checkpoint")
+    worker = int((stage / "worker.pid").read_text())
+    server = int(re.search(r"temporary Prefect API \S+ \(pid (\d+)", log.read_text()).group(1))
+    assert _alive(worker) and _alive(server)
+    proc.send_signal(signal.SIGKILL)  # the run's process alone, as the OOM killer would
+    proc.wait()
+    _wait_for(lambda: not (_members(proc.pid) or _members(worker) or _alive(worker) or _alive(server)), 30,
+              "every process of the run to end")
+
+    rerun = run_cli(*args, env_home=home, timeout=600)  # the dead run's stage lock does not block it
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    record = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
+    assert record["stages"][0]["metrics"]["train/resumed_from_step"] >= 5
+    assert record["stages"][0]["metrics"]["train/global_step"] == 40
+
+
+def test_two_identical_runs_on_a_fresh_home_publish_each_stage_once(tmp_path, tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    home = tmp_path / "home"
+    procs = [subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", *QUICK], cwd=REPO, env=cli_env(home),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    stages = home / "stages" / "smoke"
+    assert not list(stages.glob("*.partial"))
+    for name in ("cold_start", "polish"):
+        (published,) = stages.glob(f"{name}-*")
+        assert json.loads((published / "result.json").read_text())["name"] == name
+        AutoModelForCausalLM.from_pretrained(published / "model")  # whole, loadable weights
+    records = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json")]
+    assert len(records) == 2
+    for i in range(2):  # each stage trained by exactly one run; the other took the published result
+        trained = [r for r in records if not r["stages"][i].get("reused")]
+        assert len(trained) == 1 and all(r["stages"][i]["status"] == "completed" for r in records)
+
+
+def test_a_lock_whose_holder_was_killed_never_blocks(tmp_path):
+    from pipeline.locks import held, is_held
+
+    path = tmp_path / "stage.lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from pipeline.locks import held\n"
+                               f"with held(Path({str(path)!r})):\n    print('held', flush=True)\n    time.sleep(600)"],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    assert is_held(path)
+    holder.kill()
+    holder.wait()
+    assert not is_held(path)
+    started = time.time()
+    with held(path) as waited:
+        assert not waited and time.time() - started < 1
+
+
+def test_gc_keeps_what_kept_runs_reference_and_what_live_runs_hold(tmp_path, tiny_model, monkeypatch):
+    from pipeline.locks import held, lock_path
+
+    home = tmp_path / "home"
+    for steps in (3, 4, 5):  # three runs of different settings: cold_start is shared, polish differs
+        proc = run_cli("run", "smoke", "--profile", "tiny", *QUICK, "--set", f"stages.polish.max_steps={steps}",
+                       env_home=home, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    stages = home / "stages" / "smoke"
+    before = sorted(p.name for p in stages.iterdir())
+    assert len(before) == 4  # one cold_start, three polish
+    dry = run_cli("gc", "--keep-runs", "1", "--dry-run", env_home=home)
+    assert dry.returncode == 0 and "would remove 2 stage directories" in dry.stdout, dry.stdout
+    assert sorted(p.name for p in stages.iterdir()) == before  # a dry run removes nothing
+    newest = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
+    kept = {Path(s["output_dir"]).name for s in newest["stages"]}
+    busy, free = [name for name in before if name not in kept]
+    monkeypatch.setenv("POSTTRAIN_HOME", str(home))
+    with held(lock_path("stages", "smoke", busy)):  # as a live run training that stage would
+        gc = run_cli("gc", "--keep-runs", "1", env_home=home)
+    assert gc.returncode == 0 and f"removed {stages / free}" in gc.stdout and "a live run holds its lock" in gc.stdout
+    assert sorted(p.name for p in stages.iterdir()) == sorted(kept | {busy})
+    assert len(list((home / "runs").glob("*.json"))) == 1
