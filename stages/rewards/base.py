@@ -30,6 +30,3 @@ class Reward:
         self.counters: dict[str, int] = dict.fromkeys(counters, 0)
         self.tags: dict[str, str] = {}
         self.__name__ = self.name
-
-    def __call__(self, prompts=None, completions=(), **columns) -> list[float | None]:
-        raise NotImplementedError  # every registered reward defines it
