@@ -94,15 +94,17 @@ def test_killed_stage_resumes_from_its_checkpoint_and_earlier_stages_are_cached(
     args = ["run", "smoke", "--profile", "tiny", "--set", "stages.polish.max_steps=200", "--set", "stages.polish.save_steps=5"]
     proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=cli_env(home),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ckpt = _wait_for(lambda: (d := _stage_dir(home, "polish")) and sorted((d / "checkpoints").glob("checkpoint-*")),
-                     300, "polish's first checkpoint")
+    # a complete checkpoint: HF writes trainer_state.json last (a kill mid-save leaves one that is removed)
+    complete = "checkpoint-*/trainer_state.json"
+    ckpt = _wait_for(lambda: (d := _stage_dir(home, "polish")) and sorted((d / "checkpoints").glob(complete)),
+                     300, "polish's first complete checkpoint")
     partial = _stage_dir(home, "polish")
     worker = int((partial / "worker.pid").read_text())
     os.killpg(worker, signal.SIGKILL)  # the stage's whole process group, as a crash or OOM kill would
     proc.wait(timeout=120)
     assert proc.returncode == 1
     assert not _alive(worker)
-    saved = max(int(p.name.split("-")[1]) for p in (partial / "checkpoints").glob("checkpoint-*"))
+    saved = max(int(p.parent.name.split("-")[1]) for p in (partial / "checkpoints").glob(complete))
     assert saved >= 5 and ckpt
 
     rerun = run_cli(*args, env_home=home, timeout=600)
