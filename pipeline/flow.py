@@ -33,7 +33,7 @@ from data_curation.sources import source_fingerprint
 from pipeline import runs, tracking
 from pipeline.home import home, publish_dir
 from pipeline.launcher import run_worker
-from pipeline.locks import held, lock_path
+from pipeline.locks import held, stage_lock
 from pipeline.models import model_fingerprint, resolve_model
 from pipeline.recipe import ResolvedRecipe, deepspeed_config_path, list_profiles, list_recipes, load_recipe
 from stages.core.files import dir_fingerprint, write_json_atomic
@@ -103,10 +103,6 @@ def execute_stage(cache_key: str, plan: StagePlan, parent_run_id: str) -> dict:
         if (final / "result.json").exists():  # published earlier, or by the run we waited for
             return {**json.loads((final / "result.json").read_text()), "reused": True}
         return _train_stage(cache_key, plan, parent_run_id, final, logger)
-
-
-def stage_lock(recipe: str, output_name: str) -> Path:
-    return lock_path("stages", recipe, output_name)
 
 
 def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Path, logger) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pipeline import runs
 from pipeline.home import home
-from pipeline.locks import is_held, lock_path
+from pipeline.locks import is_held, stage_lock
 
 
 @dataclass
@@ -38,7 +38,7 @@ def plan_gc(keep_runs: int) -> Plan:
     for recipe_dir in sorted((home() / "stages").glob("*")):
         for out in sorted(recipe_dir.iterdir()):
             name = out.name.removesuffix(".partial")
-            if is_held(lock_path("stages", recipe_dir.name, name)):
+            if is_held(stage_lock(recipe_dir.name, name)):
                 plan.busy.append(out)
             elif str(out.resolve()) in referenced:
                 plan.kept.append(out)

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.worker import die_with_parent, run_spec
+from pipeline.processes import die_with_parent
+from pipeline.worker import run_spec
 from stages.kinds.common import LaunchSpec
 from stages.kinds.contracts import WorkerSpec
 

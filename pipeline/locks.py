@@ -39,6 +39,11 @@ def held(path: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[b
         os.close(fd)  # closing releases the lock
 
 
+def stage_lock(recipe: str, output_name: str) -> Path:
+    """The lock of one stage output directory (`<stage>-<key>`): its single writer holds it."""
+    return lock_path("stages", recipe, output_name)
+
+
 def is_held(path: Path) -> bool:
     """Whether a live process holds the lock at `path` (a missing file is not held)."""
     if not path.exists():

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from pipeline.home import home
 from pipeline.locks import held, lock_path
-from pipeline.worker import die_with_parent
+from pipeline.processes import die_with_parent
+from stages.core.files import write_json_atomic
 
 STARTUP_TIMEOUT_S = 120
 
@@ -52,8 +53,6 @@ def running_server() -> str | None:
 
 
 def write_server_record(api_url: str, pid: int) -> None:
-    from stages.core.files import write_json_atomic
-
     write_json_atomic(server_record(), {"api_url": api_url, "pid": pid})
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pipeline.home import tracking_uri
 from pipeline.prefect_api import server_record, write_server_record
-from pipeline.worker import die_with_parent
+from pipeline.processes import die_with_parent
 
 
 def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: int = 5000) -> int:

@@ -6,7 +6,6 @@ partial output directory. The spec is a WorkerSpec (stages.kinds.contracts) writ
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -15,19 +14,12 @@ import time
 from pathlib import Path
 
 from pipeline import tracking
+from pipeline.processes import die_with_parent
 from stages.core.files import write_json_atomic
 from stages.kinds.contracts import StageOutput, WorkerSpec
 from stages.kinds.evaluate import EvalSpec, evaluate
 from stages.kinds.registry import STAGE_KINDS
 from stages.kinds.runtime import StageContext, load_stage_rows
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so no rank outlives its launcher."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def watch_flow(pid: int | None, every_s: float = 2.0) -> None:

@@ -113,7 +113,7 @@ def test_a_lock_whose_holder_was_killed_never_blocks(tmp_path):
 
 
 def test_gc_keeps_what_kept_runs_reference_and_what_live_runs_hold(tmp_path, tiny_model, monkeypatch):
-    from pipeline.locks import held, lock_path
+    from pipeline.locks import held, stage_lock
 
     home = tmp_path / "home"
     for steps in (3, 4, 5):  # three runs of different settings: cold_start is shared, polish differs
@@ -130,7 +130,7 @@ def test_gc_keeps_what_kept_runs_reference_and_what_live_runs_hold(tmp_path, tin
     kept = {Path(s["output_dir"]).name for s in newest["stages"]}
     busy, free = [name for name in before if name not in kept]
     monkeypatch.setenv("POSTTRAIN_HOME", str(home))
-    with held(lock_path("stages", "smoke", busy)):  # as a live run training that stage would
+    with held(stage_lock("smoke", busy)):  # as a live run training that stage would
         gc = run_cli("gc", "--keep-runs", "1", env_home=home)
     assert gc.returncode == 0 and f"removed {stages / free}" in gc.stdout and "a live run holds its lock" in gc.stdout
     assert sorted(p.name for p in stages.iterdir()) == sorted(kept | {busy})

@@ -1,0 +1,17 @@
+"""Process lifetime: children that the kernel kills when their parent dies, so nothing a run starts
+outlives it. Kept apart from the worker so light processes (`posttrain ui`, the Prefect API
+helper) can use it without importing the stage kinds."""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (a Popen preexec_fn, or called by a
+    worker at start), so no rank or server outlives its launcher."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
