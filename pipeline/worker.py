@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import torch.distributed as dist
+
 from pipeline import tracking
 from pipeline.processes import die_with_parent
 from stages.core.files import write_json_atomic
@@ -75,8 +77,23 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     spec = WorkerSpec.model_validate_json(Path(args[0]).read_text())
     watch_flow(spec.flow_pid)
-    run_spec(spec)
+    try:
+        run_spec(spec)
+    finally:
+        close_process_group()
     return 0
+
+
+def close_process_group() -> None:
+    """Tear this rank's process group down before the interpreter exits.
+
+    Without it a rank that finishes first (every rank but 0 skips saving and evaluation) exits with
+    the group's communication threads still running, and the C++ runtime can abort it at exit
+    ("terminate called without an active exception", SIGABRT), failing a stage that succeeded.
+    No barrier: rank 0 may evaluate for longer than the collective timeout.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
