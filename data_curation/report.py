@@ -65,15 +65,20 @@ def examples_table(examples: dict[str, list[dict]]) -> dict[str, list] | None:
 
 
 def plot_pass_rates(rates: list[float], path: Path, step: str) -> None:
+    plot_histogram(rates, path, "pass rate", "prompts", f"{step}: measured pass rates", [i / 10 for i in range(11)])
+
+
+def plot_histogram(values: list[float], path: Path, xlabel: str, ylabel: str, title: str, bins=20) -> None:
+    """A histogram PNG, written to a temporary name and renamed into place."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.hist(rates, bins=[i / 10 for i in range(11)], edgecolor="black")
-    ax.set_xlabel("pass rate")
-    ax.set_ylabel("prompts")
-    ax.set_title(f"{step}: measured pass rates")
+    ax.hist(values, bins=bins, edgecolor="black")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     fig.tight_layout()
     tmp = path.with_name(path.stem + ".tmp.png")
     fig.savefig(tmp, dpi=110)

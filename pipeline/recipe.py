@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError
 
 from data_curation.sources import check_data_spec
 from pipeline.models import check_model_ref
-from stages.kinds.common import Strict
+from stages.kinds.common import Strict, field_loc
 from stages.kinds.evaluate import EvalSpec
 from stages.kinds.registry import STAGE_CONFIGS
 from stages.rewards import check_reward_specs
@@ -250,7 +250,7 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
             add(loc + ("name",), f"duplicate stage name {stage.name!r}")
         for fpath, ref, wanted in stage.refs():
             upstream, output = ref.split(".", 1)
-            floc = loc + tuple(fpath.split("."))
+            floc = loc + field_loc(fpath)
             if upstream not in order:
                 add(floc, f"{ref!r} names no stage; stages are {', '.join(order)}")
             elif upstream not in produced:
@@ -264,11 +264,10 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
             value = getattr(stage, fname)
             if value and fname not in ref_fields and (msg := check_model_ref(value)):
                 add(loc + (fname,), msg)
-        for fname in stage.DATA_FIELDS:
-            spec = getattr(stage, fname)
-            if spec is not None and not spec.stage_ref:
+        for fpath, spec in stage.data_inputs().items():
+            if not spec.stage_ref:
                 for rel, msg in check_data_spec(spec.source, spec.params):
-                    add(loc + (fname,) + rel, msg)
+                    add(loc + field_loc(fpath) + rel, msg)
         launcher = stage.launcher
         if launcher.mode == "deepspeed" and not deepspeed_config_path(launcher.deepspeed_config).exists():
             looked = deepspeed_config_path(launcher.deepspeed_config)

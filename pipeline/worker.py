@@ -60,8 +60,10 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
     if spec.eval is not None:  # decided by the plan, once
         rows = load_stage_rows(spec.inputs["eval_data"])
         eval_metrics, table = evaluate(str(ctx.output_dir / output.outputs["model"]), EvalSpec.model_validate(spec.eval),
-                                       rows, getattr(cfg, "trust_remote_code", False))
+                                       rows, getattr(cfg, "trust_remote_code", False), ctx.output_dir)
         output.metrics.update(eval_metrics)
+        if (ctx.output_dir / "budget_curve.png").exists():
+            output.artifacts.append("budget_curve.png")
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
     if output.tags.get(tracking.SANDBOX_TAG) == "unsandboxed":
         print("posttrain: WARNING: this stage ran model-written code without a sandbox (allow_unsandboxed)", flush=True)

@@ -1,24 +1,61 @@
-"""Rollouts: one interface for every stage that samples from a model (evaluation, curation filters).
+"""Rollouts: one interface for every stage that samples from a model (evaluation, curation
+filters, rejection sampling, `posttrain generate`).
 
 `rollout(..., backend="hf")`: HF `generate`, batched with left padding, on CPU or GPU. Completions
 are decoded with special tokens kept (so <think> tags survive in tokenizers where they are special)
 and then cut at the end-of-turn token. `backend="vllm"`: vLLM's offline engine, when the [vllm]
 extra is installed and a GPU is present; recipes that ask for it are refused at validation otherwise.
+
+Thinking modes and budgets (Qwen3): `enable_thinking=False` renders the chat template's empty think
+block into the prompt. With `thinking_budget=B`, generation runs in two phases: up to B tokens, stopping
+early at `</think>`; a completion that spent its budget without closing its thinking gets the
+stop-thinking string appended once; then every unfinished completion continues, from its own tokens
+so far (prompt + thinking are fed back as the prefix, never sampled again), for up to
+`answer_max_new_tokens`. Budget 0 is the no-think mode. A model that answers without opening a think
+block still has its first B tokens counted as thinking: the budget is a cap on tokens before the
+answer phase, as in Qwen's reference implementation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from stages.core.thinking import EMPTY_THINK, STOP_THINKING
 
 
 @dataclass
 class SamplingSpec:
-    max_new_tokens: int = 256
+    max_new_tokens: int = 256  # the whole completion (without a budget)
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     n: int = 1  # completions per prompt
     batch_size: int = 16
     seed: int = 0
+    enable_thinking: bool = True  # False: the template's empty think block ends the prompt (no-think)
+    thinking_budget: int | None = None  # tokens of thinking before the stop-thinking string is forced
+    answer_max_new_tokens: int | None = None  # tokens after the thinking phase; None = max_new_tokens
+    stop_thinking: str = STOP_THINKING
+
+    @property
+    def budgeted(self) -> bool:
+        return self.thinking_budget is not None and self.thinking_budget > 0 and self.enable_thinking
+
+    def effective(self) -> SamplingSpec:
+        """Budget 0 means no thinking at all: the no-think mode."""
+        return replace(self, enable_thinking=False, thinking_budget=None) if self.thinking_budget == 0 else self
+
+
+@dataclass
+class Completion:
+    text: str
+    finished: bool  # ended with the end-of-turn token; False = cut off by a token limit
+    tokens: int  # generated tokens, an inserted stop-thinking string included
+    thinking_tokens: int | None = None  # tokens spent before the answer phase (budgeted generation)
+    budget_hit: bool = False  # the stop-thinking string was inserted
+
+    @property
+    def thinking_closed(self) -> bool:
+        return "</think>" in self.text
 
 
 def load_tokenizer(model_dir: str, trust_remote_code: bool = False):
@@ -43,6 +80,18 @@ def load_for_generation(model_dir: str, trust_remote_code: bool = False):
     return model, tokenizer
 
 
+def render(tokenizer, prompt: list[dict] | str, enable_thinking: bool = True) -> str:
+    """The text a prompt becomes. No-think mode relies on the template's `enable_thinking`; for a
+    template that ignores it (or a plain-text prompt) the empty think block is appended here."""
+    if isinstance(prompt, str):
+        return prompt if enable_thinking else prompt + EMPTY_THINK
+    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=enable_thinking)
+    if not enable_thinking and not text.endswith(EMPTY_THINK):
+        text += EMPTY_THINK
+    return text
+
+
 def _clean(text: str, tokenizer) -> str:
     for tok in {tokenizer.eos_token, tokenizer.pad_token, "<|im_end|>", "<|endoftext|>"} - {None}:
         text = text.split(tok)[0] if tok == tokenizer.eos_token else text.replace(tok, "")
@@ -51,30 +100,108 @@ def _clean(text: str, tokenizer) -> str:
 
 def generate(model, tokenizer, prompts: list[list[dict] | str], spec: SamplingSpec,
              progress: bool = False) -> list[list[str]]:
-    """Completions for each prompt: a list of `spec.n` strings per prompt. Chat prompts (lists of
-    messages) go through the chat template; plain strings (stages.core.templates) are used as they are."""
+    """Completion texts for each prompt: a list of `spec.n` strings per prompt. Chat prompts (lists
+    of messages) go through the chat template; plain strings (stages.core.templates) are used as
+    they are."""
+    return [[c.text for c in cs] for cs in generate_completions(model, tokenizer, prompts, spec, progress)]
+
+
+def generate_completions(model, tokenizer, prompts: list[list[dict] | str], spec: SamplingSpec,
+                         progress: bool = False) -> list[list[Completion]]:
+    """`spec.n` Completions per prompt, with a thinking budget when the spec sets one."""
     import torch
     from tqdm import tqdm
 
-    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-             for p in prompts]
-    sample = spec.temperature > 0
-    gen_kwargs = dict(max_new_tokens=spec.max_new_tokens, do_sample=sample, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id, num_return_sequences=spec.n)
-    if sample:
-        gen_kwargs.update(temperature=spec.temperature, top_p=spec.top_p)
+    spec = spec.effective()
+    texts = [render(tokenizer, p, spec.enable_thinking) for p in prompts]
     torch.manual_seed(spec.seed)
-    out: list[list[str]] = []
-    batches = range(0, len(texts), spec.batch_size)
-    for start in tqdm(batches, desc="generate", disable=not progress):
+    out: list[list[Completion]] = []
+    for start in tqdm(range(0, len(texts), spec.batch_size), desc="generate", disable=not progress):
         batch = tokenizer(texts[start:start + spec.batch_size], return_tensors="pt", padding=True,
-                          add_special_tokens=False).to(model.device)
-        with torch.no_grad():
-            ids = model.generate(**batch, **gen_kwargs)
-        decoded = tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1]:], skip_special_tokens=False)
-        decoded = [_clean(t, tokenizer) for t in decoded]
-        out += [decoded[i:i + spec.n] for i in range(0, len(decoded), spec.n)]
+                          add_special_tokens=False)
+        prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+        prompt_ids = [ids for ids in prompt_ids for _ in range(spec.n)]
+        limit = spec.thinking_budget if spec.budgeted else spec.max_new_tokens
+        first = _sample(model, tokenizer, batch, spec, limit, stop_at_think_end=spec.budgeted, n=spec.n)
+        done = _finish_thinking(model, tokenizer, prompt_ids, first, spec) if spec.budgeted else [
+            _completion(tokenizer, ids, []) for ids in first]
+        out += [done[i:i + spec.n] for i in range(0, len(done), spec.n)]
     return out
+
+
+def _end_ids(tokenizer) -> set[int]:
+    return {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None}
+
+
+def _think_end_id(tokenizer) -> int | None:
+    ids = tokenizer("</think>", add_special_tokens=False)["input_ids"]
+    return ids[0] if len(ids) == 1 else None
+
+
+def _sample(model, tokenizer, batch, spec: SamplingSpec, max_new_tokens: int, stop_at_think_end: bool,
+            n: int) -> list[list[int]]:
+    """Generated token ids per sequence, cut after the first end-of-turn (kept) or padding."""
+    import torch
+
+    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=spec.temperature > 0, num_return_sequences=n,
+                  pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    if spec.temperature > 0:
+        kwargs.update(temperature=spec.temperature, top_p=spec.top_p)
+    if stop_at_think_end:
+        if (think_end := _think_end_id(tokenizer)) is not None:
+            kwargs["eos_token_id"] = [tokenizer.eos_token_id, think_end]
+        else:
+            kwargs.update(stop_strings=["</think>"], tokenizer=tokenizer)
+    batch = {k: v.to(model.device) for k, v in batch.items()}
+    with torch.no_grad():
+        ids = model.generate(**batch, **kwargs)
+    ends = _end_ids(tokenizer)
+    out = []
+    for row in ids[:, batch["input_ids"].shape[1]:].tolist():
+        cut = next((i for i, t in enumerate(row) if t in ends), None)
+        out.append(row if cut is None else row[:cut + (row[cut] == tokenizer.eos_token_id)])
+    return out
+
+
+def _completion(tokenizer, ids: list[int], answer_ids: list[int], inserted: list[int] | None = None,
+                budgeted: bool = False) -> Completion:
+    inserted = inserted or []
+    full = ids + inserted + answer_ids
+    text = _clean(tokenizer.decode(full, skip_special_tokens=False), tokenizer)
+    finished = bool(full) and full[-1] == tokenizer.eos_token_id
+    thinking = None
+    if budgeted:
+        closing = 0 if inserted or "</think>" not in tokenizer.decode(ids) else len(
+            tokenizer("</think>", add_special_tokens=False)["input_ids"])
+        thinking = len(ids) - closing
+    return Completion(text=text, finished=finished, tokens=len(full), thinking_tokens=thinking,
+                      budget_hit=bool(inserted))
+
+
+def _finish_thinking(model, tokenizer, prompt_ids: list[list[int]], first: list[list[int]],
+                     spec: SamplingSpec) -> list[Completion]:
+    """Phase two of budgeted generation: insert the stop-thinking string where the budget ran out,
+    then continue every unfinished sequence from its own tokens to its answer."""
+    import torch
+
+    stop_ids = tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    inserted = [[] if (ids and ids[-1] == eos) or "</think>" in tokenizer.decode(ids) else stop_ids for ids in first]
+    todo = [i for i, ids in enumerate(first) if not (ids and ids[-1] == eos)]
+    answers: dict[int, list[int]] = {}
+    answer_spec = replace(spec, n=1)
+    for start in range(0, len(todo), spec.batch_size):
+        chunk = todo[start:start + spec.batch_size]
+        seqs = [prompt_ids[i] + first[i] + inserted[i] for i in chunk]
+        width = max(len(s) for s in seqs)
+        pad = tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs])
+        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+        cont = _sample(model, tokenizer, {"input_ids": input_ids, "attention_mask": mask}, answer_spec,
+                       spec.answer_max_new_tokens or spec.max_new_tokens, stop_at_think_end=False, n=1)
+        answers.update(zip(chunk, cont))
+    return [_completion(tokenizer, ids, answers.get(i, []), inserted[i], budgeted=True)
+            for i, ids in enumerate(first)]
 
 
 def vllm_unavailable() -> list[str]:
@@ -92,22 +219,55 @@ def vllm_unavailable() -> list[str]:
 
 
 def generate_vllm(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec,
-                  trust_remote_code: bool = False) -> list[list[str]]:
+                  trust_remote_code: bool = False) -> list[list[Completion]]:
+    """The same contract on vLLM's offline engine; the budget's second phase resubmits each
+    sequence's text, which vLLM's prefix cache serves without recomputing it.
+    Not exercised on this CPU-only machine."""
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=model_dir, trust_remote_code=trust_remote_code, seed=spec.seed)
+    spec = spec.effective()
+    llm = LLM(model=model_dir, trust_remote_code=trust_remote_code, seed=spec.seed, enable_prefix_caching=True)
     tokenizer = llm.get_tokenizer()
-    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-             for p in prompts]
-    params = SamplingParams(n=spec.n, temperature=spec.temperature, top_p=spec.top_p,
-                            max_tokens=spec.max_new_tokens, seed=spec.seed)
-    return [[o.text for o in out.outputs] for out in llm.generate(texts, params)]
+    texts = [render(tokenizer, p, spec.enable_thinking) for p in prompts]
+    base = dict(temperature=spec.temperature, top_p=spec.top_p, seed=spec.seed)
+
+    def done(out, text: str, thinking: int | None = None, hit: bool = False, before: int = 0) -> Completion:
+        return Completion(text=text, finished=out.finish_reason == "stop" and out.stop_reason is None,
+                          tokens=before + len(out.token_ids), thinking_tokens=thinking, budget_hit=hit)
+
+    if not spec.budgeted:
+        params = SamplingParams(n=spec.n, max_tokens=spec.max_new_tokens, **base)
+        return [[done(o, o.text) for o in r.outputs] for r in llm.generate(texts, params)]
+    first = llm.generate(texts, SamplingParams(n=spec.n, max_tokens=spec.thinking_budget, stop=["</think>"],
+                                               include_stop_str_in_output=True, **base))
+    pending = []  # (prompt index, sample index, text so far, thinking tokens, budget hit)
+    results: list[list[Completion | None]] = [[None] * spec.n for _ in texts]
+    for i, r in enumerate(first):
+        for j, o in enumerate(r.outputs):
+            if o.finish_reason == "stop" and o.stop_reason is None:  # end of turn inside the thinking
+                results[i][j] = done(o, o.text, len(o.token_ids))
+                continue
+            hit = o.stop_reason != "</think>"
+            pending.append((i, j, o.text + (spec.stop_thinking if hit else ""), len(o.token_ids), hit))
+    stop_tokens = len(tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"])
+    answer = SamplingParams(n=1, max_tokens=spec.answer_max_new_tokens or spec.max_new_tokens, **base)
+    for (i, j, so_far, thinking, hit), r in zip(pending, llm.generate([texts[i] + t for i, _, t, _, _ in pending], answer)):
+        results[i][j] = done(r.outputs[0], so_far + r.outputs[0].text, thinking, hit,
+                             before=thinking + (stop_tokens if hit else 0))
+    return results
+
+
+def rollout_completions(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec, backend: str = "hf",
+                        trust_remote_code: bool = False, progress: bool = False) -> list[list[Completion]]:
+    """`spec.n` Completions per prompt from the model in `model_dir`."""
+    if backend == "vllm":
+        return generate_vllm(model_dir, prompts, spec, trust_remote_code)
+    model, tokenizer = load_for_generation(model_dir, trust_remote_code)
+    return generate_completions(model, tokenizer, prompts, spec, progress=progress)
 
 
 def rollout(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec, backend: str = "hf",
             trust_remote_code: bool = False, progress: bool = False) -> list[list[str]]:
-    """`spec.n` completions per prompt from the model in `model_dir`."""
-    if backend == "vllm":
-        return generate_vllm(model_dir, prompts, spec, trust_remote_code)
-    model, tokenizer = load_for_generation(model_dir, trust_remote_code)
-    return generate(model, tokenizer, prompts, spec, progress=progress)
+    """`spec.n` completion texts per prompt from the model in `model_dir`."""
+    return [[c.text for c in cs] for cs in rollout_completions(model_dir, prompts, spec, backend, trust_remote_code,
+                                                               progress)]

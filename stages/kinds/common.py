@@ -95,18 +95,26 @@ class StageBase(Strict):
         """Content fingerprints of inputs that are not MODEL_FIELDS / DATA_FIELDS (cache key)."""
         return {}
 
+    def data_inputs(self) -> dict[str, DataSpec]:
+        """Every dataset input by its field path ("data", "mix.0.data"); the flow resolves each."""
+        return {f: spec for f in self.DATA_FIELDS if (spec := getattr(self, f)) is not None}
+
     def refs(self) -> list[tuple[str, str, str]]:
-        """(field, reference, wanted output) for every input that names an earlier stage."""
+        """(field path, reference, wanted output) for every input that names an earlier stage."""
         out = []
         for f in self.MODEL_FIELDS:
             ref = getattr(self, f)
             if ref and "." in ref and "/" not in ref and ref.split(".", 1)[1] in ("model", "dataset"):
                 out.append((f, ref, "model"))
-        for f in self.DATA_FIELDS:
-            spec = getattr(self, f)
-            if spec is not None and spec.stage_ref:
-                out.append((f"{f}.source", spec.stage_ref, "dataset"))
+        for path, spec in self.data_inputs().items():
+            if spec.stage_ref:
+                out.append((f"{path}.source", spec.stage_ref, "dataset"))
         return out
+
+
+def field_loc(path: str) -> tuple:
+    """A dotted field path as a location tuple: "mix.0.data" -> ("mix", 0, "data")."""
+    return tuple(int(p) if p.isdigit() else p for p in path.split("."))
 
 
 class TrainingKnobs(Strict):

@@ -2,16 +2,22 @@
 
 Greedy decoding on the recipe's held-out eval set (the same prompts for every stage), scored by the
 row's verifier; optionally `samples` sampled completions per prompt at the R1 paper's evaluation
-settings (temperature 0.6, top-p 0.95) for pass@1 averaged over samples and pass@k.
+settings (temperature 0.6, top-p 0.95) for pass@1 averaged over samples and pass@k; optionally
+accuracy per thinking mode and per thinking budget, with a budget curve (stages/kinds/eval_modes.py).
 """
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pathlib import Path
+from typing import Literal
 
-from stages.core.templates import check_template, render_prompt
+from pydantic import Field, field_validator, model_validator
+
+from stages.core.templates import CHAT_TEMPLATES, check_template, render_prompt
 from stages.core.text import is_well_formed, split_thinking
+from stages.core.thinking import STOP_THINKING
 from stages.kinds.common import DataSpec, RewardSpec, Strict
+from stages.kinds.eval_modes import budget_metrics, mode_metrics, plot_budget_curve
 from stages.rewards import combined, get_reward, reward_counter_metrics, reward_stats
 from stages.rewards.verifiers import score_rows
 from stages.rollouts import SamplingSpec, generate, load_for_generation
@@ -27,6 +33,13 @@ class EvalSpec(Strict):
     table_rows: int = Field(8, ge=0, description="sample generations logged as a table")
     rewards: list[RewardSpec] = Field(default_factory=list, description="rewards also scored on the greedy outputs")
     template: str = Field("chat", description="prompt template (stages.core.templates): chat, r1_zero or a {prompt} string")
+    modes: list[Literal["think", "no_think"]] = Field(default_factory=list, description="accuracy per thinking "
+                                                      "mode, the prompts flagged /think or /no_think")
+    budgets: list[int | None] = Field(default_factory=list, description="thinking budgets in tokens (0 = no-think, "
+                                      "null = unlimited): accuracy per budget and budget_curve.png")
+    answer_max_new_tokens: int | None = Field(None, ge=1, description="with budgets: tokens for the answer after "
+                                              "the thinking; default max_new_tokens")
+    stop_thinking: str = Field(STOP_THINKING, description="the string a budget inserts (Qwen's usage docs)")
 
     @field_validator("template")
     @classmethod
@@ -34,6 +47,19 @@ class EvalSpec(Strict):
         if msg := check_template(value):
             raise ValueError(msg)
         return value
+
+    @field_validator("budgets")
+    @classmethod
+    def _budgets(cls, value: list[int | None]) -> list[int | None]:
+        if any(b is not None and b < 0 for b in value):
+            raise ValueError("budgets are 0 or more tokens (null = unlimited)")
+        return value
+
+    @model_validator(mode="after")
+    def _modes_need_chat(self):
+        if (self.modes or self.budgets) and self.template not in CHAT_TEMPLATES:
+            raise ValueError(f"modes and budgets need a chat template (flags go in the user turn), not {self.template!r}")
+        return self
 
 
 def score_rewards(specs: list[RewardSpec], rows: list[dict], completions: list[str],
@@ -58,8 +84,9 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code: bool = False) -> tuple[dict, list[dict]]:
-    """Return (metrics, sample table rows)."""
+def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code: bool = False,
+             out_dir: Path | None = None) -> tuple[dict, list[dict]]:
+    """Return (metrics, sample table rows); plots (budget_curve.png) go into `out_dir`."""
     model, tokenizer = load_for_generation(model_dir, trust_remote_code)
     prompts = [render_prompt(spec.template, r) for r in rows]
     greedy = [c[0] for c in generate(model, tokenizer, prompts,
@@ -90,6 +117,12 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
         metrics["eval/pass@1_sampled"] = _mean([_mean(s) for s in per_row if any(x is not None for x in s)])
         metrics[f"eval/pass@{spec.samples}"] = _mean(
             [1.0 if any(x == 1.0 for x in s) else 0.0 for s in per_row if any(x is not None for x in s)])
+    if spec.modes:
+        metrics.update(mode_metrics(model, tokenizer, rows, spec, spec.modes))
+    if spec.budgets:
+        metrics.update(budget_metrics(model, tokenizer, rows, spec, spec.budgets))
+        if out_dir is not None:
+            plot_budget_curve(metrics, spec.budgets, spec.max_new_tokens, out_dir / "budget_curve.png")
     table = [{"id": r["id"], "prompt": r["prompt"][-1]["content"], "gold": r["answer"], "completion": c,
               "score": s} for r, c, s in list(zip(rows, greedy, scores))[:spec.table_rows]]
     return metrics, table

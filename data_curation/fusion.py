@@ -1,0 +1,95 @@
+"""Thinking-mode fusion data (Qwen3 stage 3): one SFT set that teaches a model both modes.
+
+- Thinking rows (rejection-sampled from the RL model): a `think_flag_share` of them carry `/think`,
+  the rest no flag, because thinking is the default. Response layout `<think>\\n{thinking}\\n</think>\\n\\n{response}`.
+- Non-thinking rows: always `/no_think`; response `<think>\\n\\n</think>\\n\\n{response}`, where the
+  response is the row's solution with any thinking removed.
+- A `system_flag_share` of the flagged single-turn rows carry the flag at the end of a system
+  message instead of the user turn.
+- A `multi_turn_share` of the rows are preceded by an earlier exchange (another row's question with
+  the OPPOSITE flag, and that row's response only: thinking never enters the history). The final
+  turn then always carries its own flag, and it is the last flag that governs.
+Every built row is checked against `governing_mode` before it is written; a mismatch is a bug and
+raises. The shares actually produced are returned for the report.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from stages.core.text import split_thinking
+from stages.core.thinking import (
+    Mode,
+    governing_mode,
+    no_thinking_response,
+    response_only,
+    thinking_response,
+    with_flag,
+)
+
+SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+def _single_turn(row: dict, flag: Mode | None, in_system: bool) -> list[dict]:
+    messages = [dict(m) for m in row["prompt"] if m["role"] != "system"]
+    if flag is None:
+        return messages
+    if in_system:
+        return [{"role": "system", "content": with_flag(SYSTEM_PROMPT, flag)}, *messages]
+    messages[-1]["content"] = with_flag(messages[-1]["content"], flag)
+    return messages
+
+
+def build_fusion(thinking_rows: list[dict], plain_rows: list[dict], think_flag_share: float = 0.5,
+                 system_flag_share: float = 0.1, multi_turn_share: float = 0.2,
+                 seed: int = 0) -> tuple[list[dict], list[dict], dict]:
+    """(fusion rows, removed rows, composition). Thinking rows whose solution has no non-empty
+    think block are removed (`no_thinking`); plain rows need a non-empty response (`no_response`)."""
+    rng = random.Random(seed)
+    removed, think_items, plain_items = [], [], []
+    for row in thinking_rows:
+        thinking, response = split_thinking(row.get("solution") or "")
+        if not thinking:
+            removed.append({**row, "removed_reason": "no_thinking", "evidence": (row.get("solution") or "")[:120]})
+        else:
+            think_items.append((row, "think", thinking_response(thinking, response)))
+    for row in plain_rows:
+        response = response_only(row.get("solution") or "").strip()
+        if not response:
+            removed.append({**row, "removed_reason": "no_response", "evidence": (row.get("solution") or "")[:120]})
+        else:
+            plain_items.append((row, "no_think", no_thinking_response(response)))
+    items = think_items + plain_items
+    rng.shuffle(items)
+    counts: Counter = Counter()
+    out = []
+    for i, (row, mode, completion) in enumerate(items):
+        multi = rng.random() < multi_turn_share and len(items) > 1
+        flag: Mode | None = mode
+        if mode == "think" and not multi and rng.random() >= think_flag_share:
+            flag = None  # thinking is the default
+        in_system = not multi and flag is not None and rng.random() < system_flag_share
+        if multi:
+            j = rng.randrange(len(items) - 1)
+            earlier, _, earlier_completion = items[j + (j >= i)]  # any other row
+            other: Mode = "think" if mode == "no_think" else "no_think"
+            prompt = [*_single_turn(earlier, other, False),
+                      {"role": "assistant", "content": response_only(earlier_completion)},
+                      *_single_turn(row, mode, False)]
+        else:
+            prompt = _single_turn(row, flag, in_system)
+        if governing_mode(prompt) != mode:
+            raise AssertionError(f"fusion row {row['id']} asks for {governing_mode(prompt)} but answers in {mode}")
+        counts[mode] += 1
+        counts["multi_turn"] += multi
+        counts["system_flag"] += in_system
+        counts["think_unflagged"] += flag is None
+        out.append({**row, "id": f"{row['id']}#{mode}", "prompt": prompt, "solution": completion, "mode": mode})
+    total = max(1, len(out))
+    composition = {"rows": len(out), "think": counts["think"], "no_think": counts["no_think"],
+                   "think_unflagged": counts["think_unflagged"], "multi_turn": counts["multi_turn"],
+                   "system_flag": counts["system_flag"],
+                   **{f"share_{k}": counts[k] / total for k in ("think", "no_think", "think_unflagged",
+                                                                 "multi_turn", "system_flag")}}
+    return out, removed, composition

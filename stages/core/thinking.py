@@ -1,0 +1,67 @@
+"""Thinking modes (Qwen3 stage 3): the /think and /no_think flags, the response layouts, and the
+stop-thinking string a thinking budget inserts.
+
+Layouts, byte for byte as in the Qwen3 report (RECIPES.md):
+    thinking      <think>\\n{thinking}\\n</think>\\n\\n{response}
+    non-thinking  <think>\\n\\n</think>\\n\\n{response}
+Flags go at the end of a user turn or of the system message; thinking is the default, and in a
+multi-turn conversation the LAST flag governs. Earlier assistant turns keep only their response.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+THINK_FLAG = "/think"
+NO_THINK_FLAG = "/no_think"
+EMPTY_THINK = "<think>\n\n</think>\n\n"
+# The budget's stop-thinking string. The Qwen3 report prints "...directly now.\n</think>.\n\n" (a
+# period after the tag, which no chat template produces); Qwen's usage docs drop that period and
+# open with a blank line. We use the docs' form: it closes the block exactly as the templates do.
+STOP_THINKING = ("\n\nConsidering the limited time by the user, I have to give the solution based on the "
+                 "thinking directly now.\n</think>\n\n")
+
+Mode = Literal["think", "no_think"]
+
+
+def thinking_response(thinking: str, response: str) -> str:
+    return f"<think>\n{thinking}\n</think>\n\n{response}"
+
+
+def no_thinking_response(response: str) -> str:
+    return EMPTY_THINK + response
+
+
+def response_only(text: str) -> str:
+    """What an assistant turn keeps in later history: the text after its thinking block."""
+    head, sep, tail = text.partition("</think>")
+    return tail.lstrip("\n") if sep and head.lstrip().startswith("<think>") else text
+
+
+def flag_of(text: str) -> Mode | None:
+    """The mode a message's trailing flag asks for, or None when it carries no flag."""
+    stripped = text.rstrip()
+    if stripped.endswith(NO_THINK_FLAG):
+        return "no_think"
+    if stripped.endswith(THINK_FLAG):
+        return "think"
+    return None
+
+
+def governing_mode(messages: list[dict]) -> Mode:
+    """The mode a conversation asks for: its last flag in a user or system message; think by default."""
+    for message in reversed(messages):
+        if message["role"] in ("user", "system") and (mode := flag_of(message["content"])):
+            return mode
+    return "think"
+
+
+def with_flag(text: str, mode: Mode) -> str:
+    return f"{text.rstrip()} {NO_THINK_FLAG if mode == 'no_think' else THINK_FLAG}"
+
+
+def flag_messages(messages: list[dict], mode: Mode) -> list[dict]:
+    """A copy of chat messages with the mode's flag appended to the last user turn."""
+    out = [dict(m) for m in messages]
+    out[-1]["content"] = with_flag(out[-1]["content"], mode)
+    return out

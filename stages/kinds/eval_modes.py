@@ -1,0 +1,105 @@
+"""Evaluation per thinking mode and per thinking budget (Qwen3): how accuracy changes when the
+model is told /think or /no_think, and as its thinking budget shrinks.
+
+- modes: each held-out prompt gets the mode's flag on its last user turn; greedy decoding. Per mode:
+  accuracy, mode compliance (think: a think block with thinking in it; no_think: the empty block
+  `<think>\\n\\n</think>`), language consistency rate (completions with at least 95% of their words
+  in the row's language) and mean answer length in tokens.
+- budgets: the prompts as they are (thinking is the default), greedy, with the thinking budget
+  (stages.rollouts; 0 = no-think, None = unlimited). Per budget: accuracy, mean thinking tokens and
+  the share of completions whose thinking was cut. `budget_curve.png` plots accuracy against budget,
+  with the no-think accuracy as a reference line when `no_think` is among the modes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from stages.core.language import consistency
+from stages.core.text import split_thinking
+from stages.core.thinking import EMPTY_THINK, flag_messages
+from stages.rewards.verifiers import score_rows
+from stages.rollouts import SamplingSpec, generate_completions
+
+CONSISTENT = 0.95
+
+
+def _mean(values) -> float:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else 0.0
+
+
+def complies(text: str, mode: str) -> bool:
+    """Whether a completion follows its mode: the empty think block for no_think; for think, an
+    opened block with some thinking in it (closed or not: a long thought cut by the token limit
+    still obeyed the flag)."""
+    if mode == "no_think":
+        return text.startswith(EMPTY_THINK.strip())
+    rest = text.removeprefix("<think>")
+    return rest != text and bool(rest.strip()) and not rest.lstrip().startswith("</think>")
+
+
+def _consistent(text: str, language: str) -> float | None:
+    share = consistency(text, language or "en")
+    return None if share is None else float(share >= CONSISTENT)
+
+
+def mode_metrics(model, tokenizer, rows: list[dict], spec, modes: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for mode in modes:
+        prompts = [flag_messages(r["prompt"], mode) for r in rows]
+        texts = [c[0].text for c in generate_completions(
+            model, tokenizer, prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size))]
+        answers = [split_thinking(t)[1] for t in texts]
+        prefix = f"eval/mode/{mode}/"
+        out[prefix + "accuracy"] = _mean(score_rows(rows, texts))
+        out[prefix + "mode_compliance"] = _mean([float(complies(t, mode)) for t in texts])
+        out[prefix + "language_consistency"] = _mean([_consistent(t, r["language"]) for t, r in zip(texts, rows)])
+        out[prefix + "answer_tokens_mean"] = _mean([len(tokenizer(a, add_special_tokens=False)["input_ids"])
+                                                    for a in answers])
+    return out
+
+
+def budget_label(budget: int | None) -> str:
+    return "unlimited" if budget is None else str(budget)
+
+
+def budget_metrics(model, tokenizer, rows: list[dict], spec, budgets: list[int | None]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for budget in budgets:
+        sampling = SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
+                                thinking_budget=budget, answer_max_new_tokens=spec.answer_max_new_tokens,
+                                stop_thinking=spec.stop_thinking)
+        done = [c[0] for c in generate_completions(model, tokenizer, [r["prompt"] for r in rows], sampling)]
+        prefix = f"eval/budget/{budget_label(budget)}/"
+        out[prefix + "accuracy"] = _mean(score_rows(rows, [c.text for c in done]))
+        thinking = [c.thinking_tokens if c.thinking_tokens is not None else
+                    len(tokenizer(split_thinking(c.text)[0] or "", add_special_tokens=False)["input_ids"])
+                    for c in done]
+        out[prefix + "thinking_tokens_mean"] = _mean(thinking)
+        out[prefix + "truncated_share"] = _mean([float(c.budget_hit) for c in done])
+    return out
+
+
+def plot_budget_curve(metrics: dict[str, float], budgets: list[int | None], unlimited_at: int, path: Path) -> None:
+    """Accuracy against thinking budget; `unlimited` is drawn at `unlimited_at` tokens."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = sorted((unlimited_at if b is None else b, metrics[f"eval/budget/{budget_label(b)}/accuracy"])
+                    for b in budgets)
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label="thinking, with budget")
+    if "eval/mode/no_think/accuracy" in metrics:
+        ax.axhline(metrics["eval/mode/no_think/accuracy"], linestyle="--", color="gray", label="/no_think")
+    ax.set_xlabel(f"thinking budget (tokens; unlimited drawn at {unlimited_at})")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
