@@ -1,0 +1,155 @@
+"""`fusion_smoke` on `tiny` through the real flow: rejection sampling keeps only verified samples,
+the fusion model follows /think and /no_think (the last flag winning), and thinking budgets cut the
+thinking exactly as specified."""
+
+import json
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from data_curation.sources import load_rows
+from stages.core.thinking import EMPTY_THINK, STOP_THINKING, flag_messages, response_only
+from stages.kinds.eval_modes import complies
+from stages.rewards.verifiers import score_rows
+from stages.rollouts import SamplingSpec, generate_completions, load_for_generation
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
+STOP_SENTENCE = "Considering the limited time by the user"
+
+
+@pytest.fixture(scope="module")
+def fusion_run(prefect_harness, tiny_model):
+    from pipeline.flow import run_recipe
+
+    result = run_recipe("fusion_smoke", "tiny", [])
+    assert result["status"] == "completed", result
+    return {s["name"]: s for s in result["stages"]}
+
+
+@pytest.fixture(scope="module")
+def fusion_model(fusion_run):
+    stage = fusion_run["fusion"]
+    return load_for_generation(str(Path(stage["output_dir"]) / "model"))
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    return load_rows("synthetic_math", "eval", 40, 0, {})
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _greedy(model_and_tokenizer, prompts, **spec) -> list:
+    model, tokenizer = model_and_tokenizer
+    return [c[0] for c in generate_completions(model, tokenizer, prompts, SamplingSpec(**{"max_new_tokens": 96, **spec}))]
+
+
+def test_rejection_sampling_keeps_only_verified_samples(fusion_run):
+    out = Path(fusion_run["rs"]["output_dir"])
+    report = json.loads((out / "report.json").read_text())
+    kept, removed = _jsonl(out / "kept.jsonl"), _jsonl(out / "removed.jsonl")
+    assert kept, "the tiny recipe must keep some samples"
+    assert report["rows_in"] == report["prompts"] * report["samples_per_prompt"] == len(kept) + len(removed)
+    assert sum(report["removed"].values()) == len(removed)
+    assert set(report["removed"]) <= {"truncated", "unjudgeable", "wrong", "no_thinking", "not_selected"} | {
+        f"filtered:{r}" for r in ("mixed_language", "long_paragraph", "code_in_math", "repetition", "answer_disagrees")}
+    assert score_rows(kept, [r["solution"] for r in kept], after_think=True) == [1.0] * len(kept)
+    per_prompt = {}
+    for r in kept:
+        per_prompt[r["id"].rsplit("#rs", 1)[0]] = per_prompt.get(r["id"].rsplit("#rs", 1)[0], 0) + 1
+    assert max(per_prompt.values()) <= 2  # max_per_prompt
+    assert report["by_difficulty"]["1"]["kept"] == len(kept)
+    client = mlflow.MlflowClient()
+    names = {a.path for a in client.list_artifacts(fusion_run["rs"]["mlflow_run_id"])}
+    assert {"thinking_lengths.png", "examples.json", "report.json"} <= names
+
+
+def test_fusion_set_composition_is_logged(fusion_run):
+    out = Path(fusion_run["fusion_data"]["output_dir"])
+    report = json.loads((out / "report.json").read_text())
+    rows = _jsonl(out / "kept.jsonl")
+    assert report["rows"] == len(rows) and report["think"] + report["no_think"] == len(rows)
+    assert 0.1 < report["share_multi_turn"] < 0.3 and report["think_unflagged"] > 0
+    metrics = mlflow.MlflowClient().get_run(fusion_run["fusion_data"]["mlflow_run_id"]).data.metrics
+    assert metrics["fusion/share_no_think"] == pytest.approx(report["share_no_think"])
+
+
+def test_fusion_stage_reports_modes_and_budgets(fusion_run):
+    metrics = fusion_run["fusion"]["metrics"]
+    for mode in ("think", "no_think"):
+        for name in ("accuracy", "mode_compliance", "language_consistency", "answer_tokens_mean"):
+            assert f"eval/mode/{mode}/{name}" in metrics
+    for budget in ("0", "8", "24", "unlimited"):
+        assert f"eval/budget/{budget}/accuracy" in metrics
+    assert metrics["eval/budget/8/thinking_tokens_mean"] <= 8
+    assert metrics["eval/budget/0/thinking_tokens_mean"] == 0
+    names = {a.path for a in mlflow.MlflowClient().list_artifacts(fusion_run["fusion"]["mlflow_run_id"])}
+    assert "budget_curve.png" in names
+
+
+def test_fusion_model_follows_the_flags(fusion_model, held_out):
+    """The issue's evidence: on held-out prompts, greedy, at least 90% per mode."""
+    for mode in ("think", "no_think"):
+        texts = [c.text for c in _greedy(fusion_model, [flag_messages(r["prompt"], mode) for r in held_out])]
+        rate = sum(complies(t, mode) for t in texts) / len(texts)
+        assert rate >= 0.9, (mode, rate, texts[:3])
+
+
+def test_the_last_flag_wins_in_multi_turn_prompts(fusion_model, held_out):
+    earlier = held_out[::-1]
+    for first, last in (("think", "no_think"), ("no_think", "think")):
+        prompts = [[*flag_messages(e["prompt"], first), {"role": "assistant", "content": response_only(e["solution"])},
+                    *flag_messages(r["prompt"], last)] for e, r in zip(earlier, held_out)]
+        texts = [c.text for c in _greedy(fusion_model, prompts)]
+        rate = sum(complies(t, last) for t in texts) / len(texts)
+        assert rate >= 0.9, (first, last, rate, texts[:3])
+
+
+def test_budget_inserts_the_stop_string_once_and_only_when_hit(fusion_model, held_out):
+    prompts = [flag_messages(r["prompt"], "think") for r in held_out]
+    free = _greedy(fusion_model, prompts)
+    assert all(STOP_SENTENCE not in c.text for c in free)
+    cut = _greedy(fusion_model, prompts, thinking_budget=4, answer_max_new_tokens=32)
+    for c in cut:
+        assert c.thinking_tokens <= 4
+        assert c.budget_hit == (STOP_SENTENCE in c.text)
+        assert c.text.count(STOP_SENTENCE) <= 1 and c.text.count("</think>") == 1
+    hit = [c for c in cut if c.budget_hit]
+    assert len(hit) >= 0.9 * len(cut)  # the model thinks for far more than 4 tokens
+    stop_body = STOP_THINKING.strip()
+    answered = [c for c in hit if c.text.split(stop_body, 1)[1].strip()]
+    assert len(answered) >= 0.9 * len(hit), [c.text for c in hit[:3]]  # the answer follows the inserted string
+    roomy = _greedy(fusion_model, prompts, thinking_budget=90, answer_max_new_tokens=96)
+    assert not any(c.budget_hit or STOP_SENTENCE in c.text for c in roomy)
+    closed = [(f.text, r.text) for f, r in zip(free, roomy) if "</think>" in f.text]
+    same = sum(a == b for a, b in closed)
+    assert closed and same >= 0.9 * len(closed)  # a budget never reached changes nothing
+
+
+def test_budget_zero_is_the_no_think_mode(fusion_model, held_out):
+    prompts = [r["prompt"] for r in held_out[:16]]
+    zero = [c.text for c in _greedy(fusion_model, prompts, thinking_budget=0)]
+    no_think = [c.text for c in _greedy(fusion_model, prompts, enable_thinking=False)]
+    assert zero == no_think
+    model, tokenizer = fusion_model
+    rendered = tokenizer.apply_chat_template(prompts[0], tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=False)
+    assert rendered.endswith(EMPTY_THINK)
+
+
+def test_generate_cli_reports_the_budget_as_json(fusion_run):
+    model = str(Path(fusion_run["fusion"]["output_dir"]) / "model")
+    done = run_cli("generate", "--model", model, "--prompt", "What is 12 + 7? /think", "--thinking-budget", "4",
+                   "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(out) >= {"thinking", "answer", "thinking_tokens", "truncated", "text"}
+    assert out["truncated"] and out["thinking_tokens"] <= 4 and out["text"].count(STOP_SENTENCE) == 1
+    assert STOP_SENTENCE not in out["thinking"] and out["answer"]
+    plain = json.loads(run_cli("generate", "--model", model, "--prompt", "What is 12 + 7?", "--no-think",
+                               "--json").stdout.strip().splitlines()[-1])
+    assert plain["thinking"] == "" and plain["thinking_tokens"] == 0 and not plain["truncated"]

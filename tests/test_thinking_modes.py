@@ -1,0 +1,120 @@
+"""Thinking modes without training: the Qwen3 layouts rendered byte for byte by every named model's
+chat template, the last-flag rule, and the fusion set's construction."""
+
+import pytest
+
+from data_curation.fusion import build_fusion
+from data_curation.sources import load_rows
+from pipeline.model_builds import SMOLLM2_CHAT_TEMPLATE, build_tiny_tokenizer
+from stages.core.thinking import (
+    EMPTY_THINK,
+    STOP_THINKING,
+    flag_of,
+    governing_mode,
+    no_thinking_response,
+    response_only,
+    thinking_response,
+)
+
+# RECIPES.md, Qwen3 stage 3, verbatim.
+THINKING = ("<|im_start|>user\n{query} /think<|im_end|>\n<|im_start|>assistant\n<think>\n{thinking}\n</think>\n\n"
+            "{response}<|im_end|>")
+NON_THINKING = "<|im_start|>user\n{query} /no_think<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n{response}<|im_end|>"
+SMOLLM2_SYSTEM_PREFIX = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+
+
+@pytest.fixture(scope="module", params=["tiny", "smollm2"])
+def tokenizer(request):
+    tok = build_tiny_tokenizer()
+    if request.param == "smollm2":
+        tok.chat_template = SMOLLM2_CHAT_TEMPLATE
+    tok.prefix = SMOLLM2_SYSTEM_PREFIX if request.param == "smollm2" else ""
+    return tok
+
+
+def _render(tok, messages, **kw) -> str:
+    return tok.apply_chat_template(messages, tokenize=False, **kw)
+
+
+def test_stop_thinking_string_is_pinned():
+    assert STOP_THINKING == ("\n\nConsidering the limited time by the user, I have to give the solution based on "
+                             "the thinking directly now.\n</think>\n\n")
+
+
+def test_both_layouts_render_byte_exactly(tokenizer):
+    q, t, r = "What is 2 + 3?", "2 + 3 = 5.", "The answer is 5."
+    think = [{"role": "user", "content": f"{q} /think"}, {"role": "assistant", "content": thinking_response(t, r)}]
+    plain = [{"role": "user", "content": f"{q} /no_think"}, {"role": "assistant", "content": no_thinking_response(r)}]
+    assert _render(tokenizer, think) == tokenizer.prefix + THINKING.format(query=q, thinking=t, response=r) + "\n"
+    assert _render(tokenizer, plain) == tokenizer.prefix + NON_THINKING.format(query=q, response=r) + "\n"
+
+
+def test_enable_thinking_false_ends_the_prompt_with_the_empty_block(tokenizer):
+    messages = [{"role": "user", "content": "Hi!"}]
+    thinking = _render(tokenizer, messages, add_generation_prompt=True)
+    plain = _render(tokenizer, messages, add_generation_prompt=True, enable_thinking=False)
+    assert thinking.endswith("<|im_start|>assistant\n") and plain == thinking + EMPTY_THINK
+
+
+def test_history_keeps_only_the_response_of_earlier_turns(tokenizer):
+    messages = [{"role": "user", "content": "Q1 /think"},
+                {"role": "assistant", "content": thinking_response("secret reasoning", "R1")},
+                {"role": "user", "content": "Q2 /no_think"},
+                {"role": "assistant", "content": no_thinking_response("R2")}]
+    full = _render(tokenizer, messages)
+    assert "secret reasoning" not in full
+    assert "<|im_start|>assistant\nR1<|im_end|>\n<|im_start|>user\nQ2 /no_think" in full
+    assert full.endswith("<|im_start|>assistant\n" + EMPTY_THINK + "R2<|im_end|>\n")
+    # the prompt is an exact prefix of the conversation: SFT masks it by length
+    assert full.startswith(_render(tokenizer, messages[:3], add_generation_prompt=True))
+
+
+def test_last_flag_governs():
+    user = lambda c: {"role": "user", "content": c}
+    assert governing_mode([user("hi")]) == "think"  # thinking is the default
+    assert governing_mode([user("a /no_think")]) == "no_think"
+    assert governing_mode([user("a /no_think"), {"role": "assistant", "content": "x"}, user("b /think")]) == "think"
+    assert governing_mode([user("a /think"), {"role": "assistant", "content": "x"}, user("b /no_think")]) == "no_think"
+    assert governing_mode([user("a /no_think"), {"role": "assistant", "content": "x"}, user("b")]) == "no_think"
+    assert governing_mode([{"role": "system", "content": "Be brief. /no_think"}, user("b")]) == "no_think"
+    assert governing_mode([{"role": "system", "content": "/no_think"}, user("b /think")]) == "think"
+    # an assistant cannot switch the mode, and a flag mid-sentence is not a flag
+    assert governing_mode([user("a"), {"role": "assistant", "content": "/no_think"}, user("b")]) == "think"
+    assert flag_of("what does /no_think mean?") is None
+
+
+def test_response_only_drops_the_thinking():
+    assert response_only(thinking_response("t", "R")) == "R"
+    assert response_only(no_thinking_response("R")) == "R"
+    assert response_only("plain answer") == "plain answer"
+
+
+def test_fusion_rows_follow_the_layouts_and_the_last_flag_rule():
+    thinking = load_rows("synthetic_math", "train", 120, 0, {})
+    plain = load_rows("general_chat", "train", 40, 0, {}) + load_rows("synthetic_math", "train", 60, 1, {})
+    broken = [{**thinking[0], "id": "no-think-block", "solution": "just an answer"}]
+    rows, removed, comp = build_fusion(thinking + broken, plain, think_flag_share=0.5, system_flag_share=0.2,
+                                       multi_turn_share=0.3, seed=0)
+    assert [r["id"] for r in removed] == ["no-think-block"] and removed[0]["removed_reason"] == "no_thinking"
+    assert comp["rows"] == len(rows) == 220 and comp["think"] == 120 and comp["no_think"] == 100
+    for r in rows:
+        assert governing_mode(r["prompt"]) == r["mode"]
+        if r["mode"] == "no_think":
+            assert r["solution"].startswith(EMPTY_THINK) and r["solution"][len(EMPTY_THINK):].strip()
+            assert "<think>" not in r["solution"][len(EMPTY_THINK):]
+        else:
+            assert r["solution"].startswith("<think>\n") and "\n</think>\n\n" in r["solution"]
+            assert not r["solution"].startswith(EMPTY_THINK)
+        for m in r["prompt"]:
+            if m["role"] == "assistant":
+                assert "<think>" not in m["content"]  # history carries responses only
+    multi = [r for r in rows if sum(m["role"] == "user" for m in r["prompt"]) > 1]
+    assert len(multi) == comp["multi_turn"] and 0.2 < len(multi) / len(rows) < 0.4
+    for r in multi:  # the earlier turn carries the opposite flag; the last one still wins
+        first = flag_of(r["prompt"][0]["content"])
+        assert first is not None and first != r["mode"]
+    unflagged = [r for r in rows if all(flag_of(m["content"]) is None for m in r["prompt"])]
+    assert unflagged and all(r["mode"] == "think" for r in unflagged) and len(unflagged) == comp["think_unflagged"]
+    system = [r for r in rows if r["prompt"][0]["role"] == "system"]
+    assert system and len(system) == comp["system_flag"]
+    assert build_fusion(thinking + broken, plain, 0.5, 0.2, 0.3, seed=0)[0] == rows  # seeded
