@@ -142,3 +142,34 @@ def test_cli_validate_exit_codes(tmp_path):
     assert res.returncode == 2 and "no_such_kind" in res.stderr
     res = run_cli("run", str(bad), "--profile", "tiny")  # `run` refuses before Prefect starts
     assert res.returncode == 2 and "no_such_kind" in res.stderr and "Starting temporary server" not in res.stdout + res.stderr
+
+
+def test_sft_mixture_inputs_are_checked_with_their_paths(tmp_path):
+    def mutate(d):
+        d["stages"][1]["data"] = None
+        d["stages"][1]["mix"] = [{"data": {"source": "cold_start.dataset"}, "count": 10},
+                                 {"data": {"source": "no_such_source"}, "weight": 0.5}]
+    msg = refused(write_variant(tmp_path, mutate))
+    assert "stages[1].mix[0].data.source: stage 'cold_start' (sft) produces ['model'], not 'dataset'" in msg
+    assert "stages[1].mix[1].data.source" in msg and "no_such_source" in msg
+
+    def both(d):
+        d["stages"][1]["mix"] = [{"data": {"source": "general_chat"}, "count": 10, "weight": 2.0}]
+    assert "stages[1].mix[0]: Value error, give a part either a count or a weight" in refused(write_variant(tmp_path, both))
+
+    def data_and_mix(d):
+        d["stages"][1]["mix"] = [{"data": {"source": "general_chat"}}]
+    assert "exactly one of `data` (one dataset) and `mix`" in refused(write_variant(tmp_path, data_and_mix))
+
+
+def test_retraining_the_base_model_after_other_stages(tmp_path):
+    """R1 stage 3 fine-tunes the BASE model on a mixture built from later stages' outputs."""
+    def mutate(d):
+        d["stages"].append({"name": "rs", "kind": "rejection_sample", "model": "polish.model",
+                            "data": {"source": "synthetic_math", "n": 8}})
+        d["stages"].append({"name": "final", "kind": "sft", "model": "base", "mix": [
+            {"data": "rs.dataset"}, {"data": {"source": "general_chat"}, "weight": 0.5}]})
+    r = load_recipe(str(write_variant(tmp_path, mutate)), "tiny")
+    final = r.recipe.stages[-1]
+    assert final.model == "tiny-qwen3" and list(final.data_inputs()) == ["mix.0.data", "mix.1.data"]
+    assert ("mix.0.data.source", "rs.dataset", "dataset") in final.refs()

@@ -111,3 +111,21 @@ def test_mixture_uses_counts_and_weights():
     assert mix_rows([("a", a, 6, None), ("b", b, None, 2.0)], seed=1)[0] == rows
     with pytest.raises(ValueError, match="'empty' has no rows"):
         mix_rows([("empty", [], None, None)])
+
+
+def test_sft_on_a_mixture_logs_the_composition_it_used(tmp_path, tiny_model):
+    import json
+
+    from stages.kinds import sft
+    from stages.kinds.runtime import StageContext
+
+    cfg = sft.SFTConfig(name="mixed", model=str(tiny_model), max_steps=2, per_device_batch_size=4, max_length=96,
+                        save_steps=2, mix=[{"data": {"source": "synthetic_math", "n": 12}, "count": 20},
+                                           {"data": {"source": "general_chat", "n": 10}, "weight": 0.5}])
+    inputs = {"model": str(tiny_model), **{k: v.model_dump() for k, v in cfg.data_inputs().items()}}
+    out = sft.run(cfg, StageContext.local(tmp_path, inputs, kind="sft"))
+    composition = json.loads((tmp_path / "mixture.json").read_text())
+    assert [(c["part"], c["available"], c["used"]) for c in composition] == [("synthetic_math", 12, 20),
+                                                                           ("general_chat", 10, 5)]
+    assert out.metrics["train/rows"] == 25 and out.metrics["mix/1/rows"] == 5
+    assert "mixture.json" in out.artifacts and (tmp_path / "model" / "model.safetensors").exists()
