@@ -49,7 +49,7 @@ def test_editing_any_module_a_kind_uses_changes_its_key(tmp_path):
 
 def test_every_kind_is_one_record_with_its_config_and_run():
     assert set(STAGE_KINDS) == {"sft", "grpo", "decontaminate", "dedup", "difficulty_filter", "no_cot_filter",
-                                "trace_filter"}
+                                "trace_filter", "rejection_sample", "thinking_fusion"}
     for name, kind in STAGE_KINDS.items():
         assert kind.config.model_fields["kind"].default == name and callable(kind.run) and kind.outputs
 
@@ -86,8 +86,7 @@ def test_the_readme_example_kind_is_one_module_and_one_registry_line(tmp_path):
     module = next(b for b in blocks if b.startswith("# stages/kinds/head.py"))
     (root / "stages" / "kinds" / "head.py").write_text(module)
     registry = root / "stages" / "kinds" / "registry.py"
-    text = registry.read_text().replace("from stages.kinds import curation, grpo, sft",
-                                        "from stages.kinds import curation, grpo, head, sft")
+    text = registry.read_text().replace("from stages.kinds import ", "from stages.kinds import head, ", 1)
     registry.write_text(text.replace("\n]\n", "\n    StageKind(head.HeadConfig, head.run),\n]\n", 1))
     (root / "head.yaml").write_text("name: head\neval: null\nstages:\n  - {name: first, kind: head, "
                                     "data: {source: synthetic_math, n: 10}, n: 3}\n")
