@@ -18,7 +18,7 @@ class EverythingRemoved(RuntimeError):
     """A filter removed every row; training on nothing is never what was meant."""
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
+def write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for row in rows:
@@ -34,7 +34,7 @@ def write_outputs(out_dir: Path, step: str, kept: list[dict], removed: list[dict
     counts = Counter(r["removed_reason"] for r in removed)
     report = {"step": step, "rows_in": len(kept) + len(removed), "rows_out": len(kept),
               "removed": dict(sorted(counts.items())), **(extra or {})}
-    _write_jsonl(out_dir / "removed.jsonl", removed)
+    write_jsonl(out_dir / "removed.jsonl", removed)
     examples = {reason: [r for r in removed if r["removed_reason"] == reason][:EXAMPLES_PER_REASON] for reason in counts}
     write_json_atomic(out_dir / "removed_examples.json", examples)
     if pass_rates:
@@ -43,7 +43,7 @@ def write_outputs(out_dir: Path, step: str, kept: list[dict], removed: list[dict
     if not kept:
         raise EverythingRemoved(f"{step} removed every row ({report['rows_in']} in, 0 out; by reason: "
                                 f"{report['removed']}); refusing to hand an empty dataset to the next stage")
-    _write_jsonl(out_dir / "kept.jsonl", kept)
+    write_jsonl(out_dir / "kept.jsonl", kept)
     return report
 
 

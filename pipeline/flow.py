@@ -53,8 +53,7 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
     named models if needed."""
     inputs, fingerprints = {}, {}
     refs = {r for _, r, _ in stage.refs()}
-    for fname in stage.MODEL_FIELDS:
-        ref = getattr(stage, fname)
+    for fname, ref in stage.model_inputs().items():
         if ref in refs:
             up = upstream[ref.split(".")[0]]
             inputs[fname] = str(Path(up.output_dir) / up.outputs["model"])
@@ -63,15 +62,16 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
             inputs[fname], fingerprints[fname] = resolve_model(ref), model_fingerprint(ref)
     for fname, spec in stage.data_inputs().items():
         if spec.stage_ref:
-            up = upstream[spec.stage_ref.split(".")[0]]
-            inputs[fname] = {"path": str(Path(up.output_dir) / up.outputs["dataset"]), "n": spec.n}
-            fingerprints[fname] = up.fingerprints["dataset"]
+            upstream_name, output = spec.stage_ref.split(".", 1)
+            up = upstream[upstream_name]
+            inputs[fname] = {"path": str(Path(up.output_dir) / up.outputs[output]), "n": spec.n}
+            fingerprints[fname] = up.fingerprints[output]
         else:
             inputs[fname] = spec.model_dump(mode="json")
             fingerprints[fname] = source_fingerprint(spec.source, spec.params)
     fingerprints.update(stage.input_fingerprints())
     eval_spec = None
-    if resolved.recipe.eval is not None and stage.evaluate and "model" in stage.OUTPUTS:
+    if resolved.recipe.eval is not None and stage.evaluate and "model" in stage.OUTPUTS and stage.GENERATES:
         eval_spec = resolved.recipe.eval.model_dump(mode="json")
         inputs["eval_data"] = eval_spec["data"]
         fingerprints["eval_data"] = source_fingerprint(resolved.recipe.eval.data.source,

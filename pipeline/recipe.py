@@ -160,8 +160,11 @@ def _apply_profile(data: dict, where: dict, name: str, profile: Profile, profile
     for s in stages:
         kind = STAGE_CONFIGS.get(s.get("kind")) if isinstance(s, dict) else None
         for fname in getattr(kind, "MODEL_FIELDS", ()):
-            if s.get(fname) in profile.models:
-                s[fname] = profile.models[s[fname]]
+            value = s.get(fname)
+            if isinstance(value, list):
+                s[fname] = [profile.models.get(v, v) if isinstance(v, str) else v for v in value]
+            elif isinstance(value, str) and value in profile.models:
+                s[fname] = profile.models[value]
     return errors
 
 
@@ -259,11 +262,10 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
             elif output != wanted or output not in produced[upstream]:
                 add(floc, f"stage {upstream!r} ({recipe.stages[order.index(upstream)].kind}) produces "
                           f"{list(produced[upstream])}, not {output!r}")
-        ref_fields = {f.split(".")[0] for f, _, _ in stage.refs()}
-        for fname in stage.MODEL_FIELDS:
-            value = getattr(stage, fname)
-            if value and fname not in ref_fields and (msg := check_model_ref(value)):
-                add(loc + (fname,), msg)
+        ref_fields = {f for f, _, _ in stage.refs()}
+        for fpath, value in stage.model_inputs().items():
+            if fpath not in ref_fields and (msg := check_model_ref(value)):
+                add(loc + field_loc(fpath), msg)
         for fpath, spec in stage.data_inputs().items():
             if not spec.stage_ref:
                 for rel, msg in check_data_spec(spec.source, spec.params):

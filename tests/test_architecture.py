@@ -49,7 +49,8 @@ def test_editing_any_module_a_kind_uses_changes_its_key(tmp_path):
 
 def test_every_kind_is_one_record_with_its_config_and_run():
     assert set(STAGE_KINDS) == {"sft", "grpo", "decontaminate", "dedup", "difficulty_filter", "no_cot_filter",
-                                "trace_filter", "rejection_sample", "thinking_fusion"}
+                                "trace_filter", "rejection_sample", "thinking_fusion", "preference_pairs",
+                                "reward_model", "dpo", "merge", "distill"}
     for name, kind in STAGE_KINDS.items():
         assert kind.config.model_fields["kind"].default == name and callable(kind.run) and kind.outputs
 

@@ -28,7 +28,7 @@ class BadRow(ValueError):
     """A row that cannot become a schema row; its message starts with file:line."""
 
 
-def _records(path: Path) -> Iterator[tuple[int, dict | Exception]]:
+def file_records(path: Path) -> Iterator[tuple[int, dict | Exception]]:
     """(line or row number, record or the error that reading it raised)."""
     if path.is_dir():
         from datasets import load_from_disk
@@ -79,7 +79,7 @@ def rows(split: str = "all", n: int | None = None, seed: int = 0, path: str = ""
     if not file.exists():
         raise FileNotFoundError(f"data file {path} does not exist")
     made = 0
-    for number, rec in _records(file):
+    for number, rec in file_records(file):
         if n is not None and made >= n:
             return
         where = f"{file}:{number}"

@@ -82,33 +82,48 @@ class StageBase(Strict):
     launcher: LaunchSpec = Field(default_factory=LaunchSpec)
     evaluate: bool = Field(True, description="run the recipe's evaluation on this stage's model")
 
-    # Which outputs the stage produces ("model", "dataset") and which fields name models.
+    # Which outputs the stage produces ("model", "dataset", "pairs") and which fields name models.
     OUTPUTS: ClassVar[tuple[str, ...]] = ()
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ()
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ()
+    PAIRS_FIELDS: ClassVar[tuple[str, ...]] = ()  # data fields holding preference pairs, not schema rows
+    GENERATES: ClassVar[bool] = True  # whether its model output can generate (reward models cannot)
 
     def semantic_errors(self) -> list[tuple[tuple, str]]:
         """Checks beyond field types, run at validation before anything starts: (path, message)."""
-        return []
+        return [((f, "source"), "preference pairs come from a stage's `pairs` output or a local file "
+                 "({path: pairs.jsonl, columns: {...}})") for f in self.PAIRS_FIELDS
+                if (spec := getattr(self, f)) is not None and not spec.stage_ref and spec.source != "file"]
 
     def input_fingerprints(self) -> dict[str, str]:
         """Content fingerprints of inputs that are not MODEL_FIELDS / DATA_FIELDS (cache key)."""
         return {}
 
+    def model_inputs(self) -> dict[str, str]:
+        """Every model input by its field path ("model", "models.1"); the flow resolves each."""
+        out = {}
+        for f in self.MODEL_FIELDS:
+            value = getattr(self, f)
+            if isinstance(value, list):
+                out.update({f"{f}.{i}": v for i, v in enumerate(value)})
+            elif value:
+                out[f] = value
+        return out
+
     def data_inputs(self) -> dict[str, DataSpec]:
         """Every dataset input by its field path ("data", "mix.0.data"); the flow resolves each."""
-        return {f: spec for f in self.DATA_FIELDS if (spec := getattr(self, f)) is not None}
+        return {f: spec for f in self.DATA_FIELDS + self.PAIRS_FIELDS if (spec := getattr(self, f)) is not None}
 
     def refs(self) -> list[tuple[str, str, str]]:
         """(field path, reference, wanted output) for every input that names an earlier stage."""
         out = []
-        for f in self.MODEL_FIELDS:
-            ref = getattr(self, f)
-            if ref and "." in ref and "/" not in ref and ref.split(".", 1)[1] in ("model", "dataset"):
-                out.append((f, ref, "model"))
+        for path, ref in self.model_inputs().items():
+            if "." in ref and "/" not in ref and ref.split(".", 1)[1] in ("model", "dataset", "pairs"):
+                out.append((path, ref, "model"))
         for path, spec in self.data_inputs().items():
             if spec.stage_ref:
-                out.append((f"{path}.source", spec.stage_ref, "dataset"))
+                wanted = "pairs" if path.split(".")[0] in self.PAIRS_FIELDS else "dataset"
+                out.append((f"{path}.source", spec.stage_ref, wanted))
         return out
 
 

@@ -80,6 +80,9 @@ class GRPOConfig(StageBase, TrainingKnobs):
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("model",)
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
 
+    def model_inputs(self) -> dict[str, str]:
+        return {**super().model_inputs(), **reward_model_inputs(self.rewards)}
+
     @model_validator(mode="after")
     def _consistent(self):
         if (self.per_device_batch_size * self.gradient_accumulation_steps) % self.num_generations:
@@ -118,6 +121,20 @@ class GRPOConfig(StageBase, TrainingKnobs):
                 errors.append((("loss",), "kimi_mirror_descent does not apply TRL's vLLM importance-sampling "
                                "correction; use rollout: hf, or a clipped loss (grpo, dr_grpo, dapo) with vLLM"))
         return errors
+
+
+def reward_model_inputs(rewards: list[RewardSpec]) -> dict[str, str]:
+    """Models named in reward params (`reward_model`'s `model: rm.model`), by field path."""
+    return {f"rewards.{j}.params.model": r.params["model"] for j, r in enumerate(rewards)
+            if isinstance(r.params.get("model"), str)}
+
+
+def with_resolved_models(spec: RewardSpec, j: int, ctx) -> RewardSpec:
+    """The spec with its `model` param replaced by the directory the flow resolved it to."""
+    path = f"rewards.{j}.params.model"
+    if path not in ctx.spec.inputs:
+        return spec
+    return spec.model_copy(update={"params": {**spec.params, "model": ctx.input(path)}})
 
 
 class Scheduled:
@@ -179,7 +196,8 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
     rl = RLOptions(sampler=sampler, success_reward=names.index(cfg.success_reward or names[0]), loss=cfg.loss,
                    tau=cfg.tau, dynamic_sampling=cfg.effective("dynamic_sampling"),
                    max_rounds=cfg.dynamic_sampling_max_rounds, dynamic_sampling_by=cfg.dynamic_sampling_by)
-    rewards = [scheduled_reward(r, cfg.max_completion_length) for r in cfg.rewards]
+    rewards = [scheduled_reward(with_resolved_models(r, j, ctx), cfg.max_completion_length)
+               for j, r in enumerate(cfg.rewards)]
     trainer = PosttrainGRPOTrainer(model=model_dir, args=trl_config(cfg, ctx), train_dataset=dataset,
                                    reward_funcs=rewards, processing_class=tokenizer,
                                    peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks], rl=rl)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stages.core.fingerprints import code_fingerprint
-from stages.kinds import curation, fusion, grpo, rejection_sample, sft
+from stages.kinds import curation, distill, dpo, fusion, grpo, merge, preference_pairs, rejection_sample, reward_model, sft
 from stages.kinds.common import StageBase
 
 # Modules every kind's result depends on besides its own: how the worker loads data and evaluates.
@@ -42,6 +42,11 @@ KINDS = [
     *(StageKind(config, curation.run) for config in curation.CURATION_CONFIGS.values()),
     StageKind(rejection_sample.RejectionSampleConfig, rejection_sample.run),
     StageKind(fusion.ThinkingFusionConfig, fusion.run),
+    StageKind(preference_pairs.PreferencePairsConfig, preference_pairs.run),
+    StageKind(reward_model.RewardModelConfig, reward_model.run),
+    StageKind(dpo.DPOConfig, dpo.run),
+    StageKind(merge.MergeConfig, merge.run),
+    StageKind(distill.DistillConfig, distill.run),
 ]
 STAGE_KINDS: dict[str, StageKind] = {k.name: k for k in KINDS}
 STAGE_CONFIGS = {name: k.config for name, k in STAGE_KINDS.items()}

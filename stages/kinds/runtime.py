@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_curation.preferences import load_pairs
 from data_curation.schema import check_row
 from data_curation.sources import load_rows
 from stages.core.files import write_json_atomic
@@ -68,6 +69,14 @@ def load_stage_rows(data: dict, ctx: StageContext | None = None) -> list[dict]:
     if ctx is not None:
         ctx.metrics["data/skipped_rows"] = ctx.metrics.get("data/skipped_rows", 0.0) + len(skipped)
     return rows
+
+
+def load_stage_pairs(data: dict) -> list[dict]:
+    """Preference pairs for a resolved pairs input: an earlier stage's pairs.jsonl or a local file."""
+    if "path" in data:
+        return load_pairs(data["path"], n=data.get("n"))
+    params = data.get("params") or {}
+    return load_pairs(params["path"], params.get("columns"), data.get("n"))
 
 
 def last_checkpoint(ctx: StageContext) -> str | None:

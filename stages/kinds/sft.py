@@ -73,13 +73,25 @@ def to_prompt_completion(rows: list[dict]) -> list[dict]:
 
 
 def run(cfg: SFTConfig, ctx) -> StageOutput:
+    rows, composition = training_rows(cfg, ctx)
+    metrics = train_on_rows(cfg, ctx, ctx.input("model"), rows)
+    artifacts = []
+    if composition:
+        write_json_atomic(ctx.output_dir / "mixture.json", composition)
+        artifacts.append("mixture.json")
+        for i, part in enumerate(composition):
+            metrics.update({f"mix/{i}/rows": float(part["used"]), f"mix/{i}/share": part["share"]})
+    return StageOutput(outputs={"model": "model"}, metrics=metrics, artifacts=artifacts)
+
+
+def train_on_rows(cfg, ctx, model_dir: str, rows: list[dict]) -> dict[str, float]:
+    """Fine-tune `model_dir` on rows (prompt messages -> `solution`) into <output>/model; returns the
+    training metrics. `cfg` is any config with the TrainingKnobs (SFT, off-policy distillation)."""
     from datasets import Dataset
     from trl import SFTConfig as TRLSFTConfig
     from trl import SFTTrainer
 
-    model_dir = ctx.input("model")
     tokenizer = load_tokenizer(model_dir, cfg.trust_remote_code)
-    rows, composition = training_rows(cfg, ctx)
     train = Dataset.from_list(to_prompt_completion(rows))
     args = TRLSFTConfig(**trainer_args(cfg, ctx), max_length=cfg.max_length, completion_only_loss=True,
                         model_init_kwargs={"trust_remote_code": cfg.trust_remote_code})
@@ -88,14 +100,7 @@ def run(cfg: SFTConfig, ctx) -> StageOutput:
     resume = last_checkpoint(ctx)
     trainer.train(resume_from_checkpoint=resume)
     save_model(trainer, tokenizer, ctx)
-    metrics = {**train_metrics(trainer, resume), "train/rows": float(len(train))}
-    artifacts = []
-    if composition:
-        write_json_atomic(ctx.output_dir / "mixture.json", composition)
-        artifacts.append("mixture.json")
-        for i, part in enumerate(composition):
-            metrics.update({f"mix/{i}/rows": float(part["used"]), f"mix/{i}/share": part["share"]})
-    return StageOutput(outputs={"model": "model"}, metrics=metrics, artifacts=artifacts)
+    return {**train_metrics(trainer, resume), "train/rows": float(len(train))}
 
 
 def training_rows(cfg: SFTConfig, ctx) -> tuple[list[dict], list[dict] | None]:

@@ -16,11 +16,12 @@ from stages.rewards.ifeval import IfevalConstraints
 from stages.rewards.language import LanguageConsistency
 from stages.rewards.length import CosineLength, LengthKimi, OverlongDapo, Repetition
 from stages.rewards.math import AccuracyMath
+from stages.rewards.reward_model import RewardModelScore
 from stages.rewards.sandbox import SandboxUnavailable
 
 REWARDS: dict[str, type[Reward]] = {cls.name: cls for cls in (
     AccuracyMath, FormatThink, FormatTags, LanguageConsistency, LengthKimi, OverlongDapo, CosineLength,
-    Repetition, CodeExec, IfevalConstraints)}
+    Repetition, CodeExec, IfevalConstraints, RewardModelScore)}
 
 __all__ = ["REWARDS", "Reward", "completion_text", "get_reward", "check_reward", "reward_stats", "combined"]
 
