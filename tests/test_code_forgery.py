@@ -107,7 +107,8 @@ def test_counters_count_runs_timeouts_and_memory(reward):
 def test_every_reward_pickles():
     from stages.rewards import REWARDS
 
+    needs = {"language_consistency": {"language": "en"}, "reward_model": {"model": "rm/model", "scope": "answer"}}
     for name in REWARDS:
-        params = {"language": "en"} if name == "language_consistency" else {}
-        copy = pickle.loads(pickle.dumps(get_reward(name, **params)))
-        assert copy.__name__ == name
+        copy = pickle.loads(pickle.dumps(get_reward(name, **needs.get(name, {}))))
+        # reward_model is named per scope: a stage may score the answer and the whole response
+        assert copy.__name__ == (name if name != "reward_model" else "reward_model_answer")

@@ -176,15 +176,21 @@ def test_ifeval_constraints_fraction():
     assert reward(completions=["<think>x</think> i like tea", "I Like Coffee a lot"], answer=[spec, spec]) == [1.0, 0.0]
 
 
-def test_every_reward_works_from_a_non_main_thread():
+def test_every_reward_works_from_a_non_main_thread(tmp_path, tiny_model):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
     from stages.rewards import REWARDS
 
+    # an untrained reward model (the tiny model with a fresh score head): its scores are real floats
+    AutoModelForSequenceClassification.from_pretrained(str(tiny_model), num_labels=1).save_pretrained(tmp_path / "rm")
+    AutoTokenizer.from_pretrained(str(tiny_model)).save_pretrained(tmp_path / "rm")
+    needs = {"language_consistency": {"language": "en"}, "reward_model": {"model": str(tmp_path / "rm")}}
     columns = {"answer": ["4"], "language": ["en"]}
     results, errors = {}, []
 
     def call(name):
         try:
-            params = {"language": "en"} if name == "language_consistency" else {}
+            params = needs.get(name, {})
             answer = [json.dumps({"tests": ["assert 2 + 2 == 4"]})] if name == "code_exec" else (
                 [json.dumps([{"type": "lowercase"}])] if name == "ifeval_constraints" else columns["answer"])
             results[name] = get_reward(name, **params)(prompts=["p"], completions=["<think>add</think> \\boxed{4}"],
@@ -199,6 +205,7 @@ def test_every_reward_works_from_a_non_main_thread():
         t.join(timeout=120)
     assert not errors and set(results) == set(REWARDS)
     assert results["accuracy_math"] == [1.0]
+    assert isinstance(results["reward_model"][0], float)
 
 
 def _children() -> set[int]:
