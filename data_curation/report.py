@@ -9,7 +9,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from stages.core.files import write_json_atomic
+from stages.core.files import save_figure, write_json_atomic
 
 EXAMPLES_PER_REASON = 5
 
@@ -79,8 +79,4 @@ def plot_histogram(values: list[float], path: Path, xlabel: str, ylabel: str, ti
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)

@@ -259,9 +259,11 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
             elif upstream not in produced:
                 add(floc, f"{ref!r} refers to stage {upstream!r}, which runs later (stage {order.index(upstream)}); "
                           "inputs must come from earlier stages")
-            elif output != wanted or output not in produced[upstream]:
+            elif output not in produced[upstream]:
                 add(floc, f"stage {upstream!r} ({recipe.stages[order.index(upstream)].kind}) produces "
                           f"{list(produced[upstream])}, not {output!r}")
+            elif output != wanted:
+                add(floc, f"{ref!r} is a stage's `{output}` output; this field takes `<stage>.{wanted}`")
         ref_fields = {f for f, _, _ in stage.refs()}
         for fpath, value in stage.model_inputs().items():
             if fpath not in ref_fields and (msg := check_model_ref(value)):

@@ -53,10 +53,6 @@ class Completion:
     thinking_tokens: int | None = None  # tokens spent before the answer phase (budgeted generation)
     budget_hit: bool = False  # the stop-thinking string was inserted
 
-    @property
-    def thinking_closed(self) -> bool:
-        return "</think>" in self.text
-
 
 def load_tokenizer(model_dir: str, trust_remote_code: bool = False):
     """The model's tokenizer, padding with end-of-sequence when it defines no pad token."""
@@ -164,16 +160,13 @@ def _sample(model, tokenizer, batch, spec: SamplingSpec, max_new_tokens: int, st
 
 
 def _completion(tokenizer, ids: list[int], answer_ids: list[int], inserted: list[int] | None = None,
-                budgeted: bool = False) -> Completion:
+                closing_tokens: int | None = None) -> Completion:
+    """`closing_tokens`: budgeted generation only, how many of `ids` are the model's own `</think>`."""
     inserted = inserted or []
     full = ids + inserted + answer_ids
     text = _clean(tokenizer.decode(full, skip_special_tokens=False), tokenizer)
     finished = bool(full) and full[-1] == tokenizer.eos_token_id
-    thinking = None
-    if budgeted:
-        closing = 0 if inserted or "</think>" not in tokenizer.decode(ids) else len(
-            tokenizer("</think>", add_special_tokens=False)["input_ids"])
-        thinking = len(ids) - closing
+    thinking = None if closing_tokens is None else len(ids) - closing_tokens
     return Completion(text=text, finished=finished, tokens=len(full), thinking_tokens=thinking,
                       budget_hit=bool(inserted))
 
@@ -186,8 +179,11 @@ def _finish_thinking(model, tokenizer, prompt_ids: list[list[int]], first: list[
 
     stop_ids = tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"]
     eos = tokenizer.eos_token_id
-    inserted = [[] if (ids and ids[-1] == eos) or "</think>" in tokenizer.decode(ids) else stop_ids for ids in first]
-    todo = [i for i, ids in enumerate(first) if not (ids and ids[-1] == eos)]
+    closed = ["</think>" in tokenizer.decode(ids) for ids in first]
+    ended = [bool(ids) and ids[-1] == eos for ids in first]
+    inserted = [[] if end or close else stop_ids for end, close in zip(ended, closed)]
+    todo = [i for i, end in enumerate(ended) if not end]
+    think_end_tokens = len(tokenizer("</think>", add_special_tokens=False)["input_ids"])
     answers: dict[int, list[int]] = {}
     answer_spec = replace(spec, n=1)
     for start in range(0, len(todo), spec.batch_size):
@@ -200,7 +196,7 @@ def _finish_thinking(model, tokenizer, prompt_ids: list[list[int]], first: list[
         cont = _sample(model, tokenizer, {"input_ids": input_ids, "attention_mask": mask}, answer_spec,
                        spec.answer_max_new_tokens or spec.max_new_tokens, stop_at_think_end=False, n=1)
         answers.update(zip(chunk, cont))
-    return [_completion(tokenizer, ids, answers.get(i, []), inserted[i], budgeted=True)
+    return [_completion(tokenizer, ids, answers.get(i, []), inserted[i], think_end_tokens if closed[i] else 0)
             for i, ids in enumerate(first)]
 
 

@@ -173,3 +173,14 @@ def test_retraining_the_base_model_after_other_stages(tmp_path):
     final = r.recipe.stages[-1]
     assert final.model == "tiny-qwen3" and list(final.data_inputs()) == ["mix.0.data", "mix.1.data"]
     assert ("mix.0.data.source", "rs.dataset", "dataset") in final.refs()
+
+
+def test_preference_inputs_must_be_pairs(tmp_path):
+    data = yaml.safe_load((REPO / "recipes" / "rlhf_smoke.yaml").read_text())
+    data["stages"][2]["pairs"] = {"source": "synthetic_math"}
+    data["stages"][3]["pairs"] = "cold_start.model"
+    path = tmp_path / "bad_pairs.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    msg = refused(path)
+    assert "stages[2].pairs.source: preference pairs come from a stage's `pairs` output or a local file" in msg
+    assert "stages[3].pairs.source: 'cold_start.model' is a stage's `model` output; this field takes `<stage>.pairs`" in msg

@@ -38,3 +38,14 @@ def dir_fingerprint(path: Path, pattern: str = "*.safetensors") -> str:
         h.update(f.name.encode())
         h.update(sha256_file(f).encode())
     return h.hexdigest()
+
+
+def save_figure(fig, path: Path, dpi: int = 110) -> None:
+    """Save a matplotlib figure to a temporary name, rename it into place and close it."""
+    import matplotlib.pyplot as plt
+
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.tight_layout()
+    fig.savefig(tmp, dpi=dpi)
+    plt.close(fig)
+    os.replace(tmp, path)

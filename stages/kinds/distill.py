@@ -111,27 +111,38 @@ def on_policy(cfg: DistillConfig, ctx, student_dir: str, teacher_dir: str, rows:
     return {**train_metrics(trainer, resume), "train/rows": float(len(messages))}
 
 
-def kl_to_teacher(student_dir: str, teacher_dir: str, prompts: list[list[dict]], max_new_tokens: int) -> float:
-    """Mean per-token KL(teacher || student) over the teacher's greedy responses to `prompts`."""
-    import torch
-
+def probe_sequences(teacher_dir: str, prompts: list[list[dict]], max_new_tokens: int) -> list[tuple[int, list[int]]]:
+    """(prompt length, prompt + greedy teacher response token ids) for each probe prompt, made once
+    and scored against the student before and after training."""
     from stages.rollouts import generate_completions, load_for_generation, render
 
     teacher, tokenizer = load_for_generation(teacher_dir)
-    student, _ = load_for_generation(student_dir)
     responses = generate_completions(teacher, tokenizer, prompts, SamplingSpec(max_new_tokens=max_new_tokens))
-    total, count = 0.0, 0
+    out = []
     for prompt, (done,) in zip(prompts, responses):
         prefix = tokenizer(render(tokenizer, prompt), add_special_tokens=False)["input_ids"]
         ids = tokenizer(done.text, add_special_tokens=False)["input_ids"]
-        if not ids:
-            continue
-        seq = torch.tensor([prefix + ids], device=teacher.device)
+        if ids:
+            out.append((len(prefix), prefix + ids))
+    return out
+
+
+def kl_to_teacher(student_dir: str, teacher_dir: str, sequences: list[tuple[int, list[int]]]) -> float:
+    """Mean per-token KL(teacher || student) over the response tokens of the probe sequences."""
+    import torch
+
+    from stages.rollouts import load_for_generation
+
+    teacher, _ = load_for_generation(teacher_dir)
+    student, _ = load_for_generation(student_dir)
+    total, count = 0.0, 0
+    for start, ids in sequences:
+        seq = torch.tensor([ids], device=teacher.device)
         with torch.no_grad():
-            t = torch.log_softmax(teacher(seq).logits[0, len(prefix) - 1:-1].float(), -1)
-            s = torch.log_softmax(student(seq).logits[0, len(prefix) - 1:-1].float(), -1)
+            t = torch.log_softmax(teacher(seq).logits[0, start - 1:-1].float(), -1)
+            s = torch.log_softmax(student(seq).logits[0, start - 1:-1].float(), -1)
         total += (t.exp() * (t - s)).sum().item()
-        count += len(ids)
+        count += len(ids) - start
     return total / max(1, count)
 
 
@@ -141,8 +152,9 @@ def run(cfg: DistillConfig, ctx) -> StageOutput:
     rows = load_stage_rows(ctx.input("data"), ctx)
     probe = None
     if ctx.is_main and cfg.probe_prompts and ctx.spec.eval is not None:
-        probe = [r["prompt"] for r in load_stage_rows(ctx.input("eval_data"))][:cfg.probe_prompts]
-    kl_before = kl_to_teacher(student_dir, teacher_dir, probe, cfg.teacher_max_new_tokens) if probe else None
+        prompts = [r["prompt"] for r in load_stage_rows(ctx.input("eval_data"))][:cfg.probe_prompts]
+        probe = probe_sequences(teacher_dir, prompts, cfg.teacher_max_new_tokens)
+    kl_before = kl_to_teacher(student_dir, teacher_dir, probe) if probe else None
     if cfg.mode == "off_policy":
         traces, counts = teacher_traces(cfg, teacher_dir, rows)
         if not traces:
@@ -158,6 +170,5 @@ def run(cfg: DistillConfig, ctx) -> StageOutput:
             metrics.update({f"{label}/{k}": v for k, v in found.items() if k.startswith("eval/")})
         if probe:
             metrics["distill/kl_before"] = kl_before
-            metrics["distill/kl_after"] = kl_to_teacher(str(ctx.output_dir / "model"), teacher_dir, probe,
-                                                        cfg.teacher_max_new_tokens)
+            metrics["distill/kl_after"] = kl_to_teacher(str(ctx.output_dir / "model"), teacher_dir, probe)
     return StageOutput(outputs={"model": "model"}, metrics=metrics)

@@ -13,9 +13,9 @@ model is told /think or /no_think, and as its thinking budget shrinks.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from stages.core.files import save_figure
 from stages.core.language import consistency
 from stages.core.text import split_thinking
 from stages.core.thinking import EMPTY_THINK, flag_messages
@@ -25,7 +25,8 @@ from stages.rollouts import SamplingSpec, generate_completions
 CONSISTENT = 0.95
 
 
-def _mean(values) -> float:
+def mean_defined(values) -> float:
+    """Mean of the values that are not None; 0 when there are none."""
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else 0.0
 
@@ -53,10 +54,10 @@ def mode_metrics(model, tokenizer, rows: list[dict], spec, modes: list[str]) -> 
             model, tokenizer, prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size))]
         answers = [split_thinking(t)[1] for t in texts]
         prefix = f"eval/mode/{mode}/"
-        out[prefix + "accuracy"] = _mean(score_rows(rows, texts))
-        out[prefix + "mode_compliance"] = _mean([float(complies(t, mode)) for t in texts])
-        out[prefix + "language_consistency"] = _mean([_consistent(t, r["language"]) for t, r in zip(texts, rows)])
-        out[prefix + "answer_tokens_mean"] = _mean([len(tokenizer(a, add_special_tokens=False)["input_ids"])
+        out[prefix + "accuracy"] = mean_defined(score_rows(rows, texts))
+        out[prefix + "mode_compliance"] = mean_defined([float(complies(t, mode)) for t in texts])
+        out[prefix + "language_consistency"] = mean_defined([_consistent(t, r["language"]) for t, r in zip(texts, rows)])
+        out[prefix + "answer_tokens_mean"] = mean_defined([len(tokenizer(a, add_special_tokens=False)["input_ids"])
                                                     for a in answers])
     return out
 
@@ -73,12 +74,12 @@ def budget_metrics(model, tokenizer, rows: list[dict], spec, budgets: list[int |
                                 stop_thinking=spec.stop_thinking)
         done = [c[0] for c in generate_completions(model, tokenizer, [r["prompt"] for r in rows], sampling)]
         prefix = f"eval/budget/{budget_label(budget)}/"
-        out[prefix + "accuracy"] = _mean(score_rows(rows, [c.text for c in done]))
+        out[prefix + "accuracy"] = mean_defined(score_rows(rows, [c.text for c in done]))
         thinking = [c.thinking_tokens if c.thinking_tokens is not None else
                     len(tokenizer(split_thinking(c.text)[0] or "", add_special_tokens=False)["input_ids"])
                     for c in done]
-        out[prefix + "thinking_tokens_mean"] = _mean(thinking)
-        out[prefix + "truncated_share"] = _mean([float(c.budget_hit) for c in done])
+        out[prefix + "thinking_tokens_mean"] = mean_defined(thinking)
+        out[prefix + "truncated_share"] = mean_defined([float(c.budget_hit) for c in done])
     return out
 
 
@@ -98,8 +99,4 @@ def plot_budget_curve(metrics: dict[str, float], budgets: list[int | None], unli
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)

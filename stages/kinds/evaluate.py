@@ -17,7 +17,7 @@ from stages.core.templates import CHAT_TEMPLATES, check_template, render_prompt
 from stages.core.text import is_well_formed, split_thinking
 from stages.core.thinking import STOP_THINKING
 from stages.kinds.common import DataSpec, RewardSpec, Strict
-from stages.kinds.eval_modes import budget_metrics, mode_metrics, plot_budget_curve
+from stages.kinds.eval_modes import budget_metrics, mean_defined, mode_metrics, plot_budget_curve
 from stages.rewards import combined, get_reward, reward_counter_metrics, reward_stats
 from stages.rewards.verifiers import score_rows
 from stages.rollouts import SamplingSpec, generate, load_for_generation
@@ -75,13 +75,8 @@ def score_rewards(specs: list[RewardSpec], rows: list[dict], completions: list[s
     for name, v in values.items():
         out.update({f"eval/{k}": x for k, x in reward_stats(name, v).items()})
     out.update(reward_counter_metrics(rewards, "eval/"))
-    out["eval/rewards/combined/mean"] = _mean(combined(values, {s.name: s.weight for s in specs}))
+    out["eval/rewards/combined/mean"] = mean_defined(combined(values, {s.name: s.weight for s in specs}))
     return out
-
-
-def _mean(values) -> float:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else 0.0
 
 
 def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code: bool = False,
@@ -98,11 +93,11 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     token_ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
     n_tokens = lambda text: len(token_ids(text))
     metrics = {
-        "eval/accuracy": _mean(scores),
-        "eval/format_rate": _mean([1.0 if is_well_formed(c, answer_tags=spec.template == "r1_zero") else 0.0
+        "eval/accuracy": mean_defined(scores),
+        "eval/format_rate": mean_defined([1.0 if is_well_formed(c, answer_tags=spec.template == "r1_zero") else 0.0
                                    for c in greedy]),
-        "eval/completion_tokens_mean": _mean([n_tokens(c) for c in greedy]),
-        "eval/thinking_tokens_mean": _mean([n_tokens(t) for t in thinking if t is not None]),
+        "eval/completion_tokens_mean": mean_defined([n_tokens(c) for c in greedy]),
+        "eval/thinking_tokens_mean": mean_defined([n_tokens(t) for t in thinking if t is not None]),
         "eval/unjudged": float(sum(s is None for s in scores)),
         "eval/n": float(len(rows)),
     }
@@ -114,8 +109,8 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
             max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
             n=spec.samples, batch_size=max(1, spec.batch_size // spec.samples)), progress=True)
         per_row = [score_rows([row] * len(cs), cs) for row, cs in zip(rows, sampled)]
-        metrics["eval/pass@1_sampled"] = _mean([_mean(s) for s in per_row if any(x is not None for x in s)])
-        metrics[f"eval/pass@{spec.samples}"] = _mean(
+        metrics["eval/pass@1_sampled"] = mean_defined([mean_defined(s) for s in per_row if any(x is not None for x in s)])
+        metrics[f"eval/pass@{spec.samples}"] = mean_defined(
             [1.0 if any(x == 1.0 for x in s) else 0.0 for s in per_row if any(x is not None for x in s)])
     if spec.modes:
         metrics.update(mode_metrics(model, tokenizer, rows, spec, spec.modes))

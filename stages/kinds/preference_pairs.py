@@ -106,8 +106,8 @@ def run(cfg: PreferencePairsConfig, ctx) -> StageOutput:
     if not pairs:
         raise RuntimeError(f"{cfg.name}: no preference pairs from {len(rows)} prompts (mode {cfg.mode}); a "
                            "prompt needs both a chosen and a rejected sample")
-    reasons = Counter(p["reason"].split(" vs ")[-1] if cfg.mode != "long2short" or "longer" not in p["reason"]
-                      else "longer" for p in pairs)
+    reasons = Counter("longer" if p["reason"].endswith("x longer") else p["reason"].split(" vs ")[-1]
+                      for p in pairs)
     report = {"prompts": len(rows), "pairs": len(pairs), "prompts_with_pairs": len({p["id"].rsplit("#p", 1)[0]
                                                                                      for p in pairs}),
               "rejected_because": dict(sorted(reasons.items()))}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stages.core.files import save_figure
+
 CURVES = {"reward": "reward", "accuracy": "accuracy", "length": "completions/mean_length"}
 
 
@@ -45,9 +47,5 @@ def plot_curves(log_history: list[dict], path: Path) -> bool:
         ax.set_title(name)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
     return True
