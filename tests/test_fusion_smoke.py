@@ -9,8 +9,7 @@ import mlflow
 import pytest
 
 from data_curation.sources import load_rows
-from stages.core.thinking import EMPTY_THINK, STOP_THINKING, flag_messages, response_only
-from stages.kinds.eval_modes import complies
+from stages.core.thinking import EMPTY_THINK, STOP_THINKING, complies, flag_messages, response_only
 from stages.rewards.verifiers import score_rows
 from stages.rollouts import SamplingSpec, generate_completions, load_for_generation
 from tests.conftest import run_cli

@@ -122,13 +122,30 @@ def test_a_reward_with_a_start_step_is_zero_before_it():
     from types import SimpleNamespace
 
     from stages.kinds.common import RewardSpec
-    from stages.kinds.grpo import scheduled_reward
+    from stages.kinds.grpo import stage_reward
 
-    reward = scheduled_reward(RewardSpec(name="format_think", start_step=10))
+    reward = stage_reward(RewardSpec(name="format_think", start_step=10))
     good = ["<think>a</think> b"] * 2
     assert reward(completions=good, trainer_state=SimpleNamespace(global_step=9)) == [0.0, 0.0]
     assert reward(completions=good, trainer_state=SimpleNamespace(global_step=10)) == [1.0, 1.0]
     assert reward.__name__ == "format_think"  # TRL names the per-reward metric after it
+
+
+def test_in_a_mixture_a_verifier_reward_judges_only_its_own_rows():
+    import pickle
+
+    from stages.kinds.common import RewardSpec
+    from stages.kinds.grpo import stage_reward
+
+    accuracy = pickle.loads(pickle.dumps(stage_reward(RewardSpec(name="accuracy_math"))))
+    # The instruction row's gold is a constraint list: read as a math answer, "3" would match it.
+    out = accuracy(completions=["\\boxed{3}", "\\boxed{3}", "\\boxed{4}"], answer=["3", "3", "3"],
+                   verifier=["math", "ifeval", "math"], language=["en"] * 3)
+    assert out == [1.0, None, 0.0]
+    flags = stage_reward(RewardSpec(name="thinking_flag"))  # not a verifier's reward: judges every row
+    prompts = [[{"role": "user", "content": "hi /no_think"}], [{"role": "user", "content": "hi"}]]
+    assert flags(prompts=prompts, completions=["<think>\n\n</think>\n\nhello", "<think>\n\n</think>\n\nhello"],
+                 verifier=["none", "math"]) == [1.0, 0.0]
 
 
 def test_r1_zero_end_to_end_logs_reward_curves(tmp_path):

@@ -65,3 +65,13 @@ def flag_messages(messages: list[dict], mode: Mode) -> list[dict]:
     out = [dict(m) for m in messages]
     out[-1]["content"] = with_flag(out[-1]["content"], mode)
     return out
+
+
+def complies(text: str, mode: str) -> bool:
+    """Whether a completion follows its mode: the empty think block for no_think; for think, an
+    opened block with some thinking in it (closed or not: a long thought cut by the token limit
+    still obeyed the flag)."""
+    if mode == "no_think":
+        return text.startswith(EMPTY_THINK.strip())
+    rest = text.removeprefix("<think>")
+    return rest != text and bool(rest.strip()) and not rest.lstrip().startswith("</think>")

@@ -61,6 +61,38 @@ class DataSpec(Strict):
         return self.source if "." in self.source and "/" not in self.source else None
 
 
+class MixPart(Strict):
+    """One dataset of a mixture, with how many of its rows to use."""
+    data: DataSpec
+    count: int | None = Field(None, ge=1, description="exactly this many rows (repeating rows if it has fewer)")
+    weight: float | None = Field(None, gt=0, description="this multiple of its rows: 0.5 = half, 2 = each twice")
+
+    @model_validator(mode="after")
+    def _one_size(self):
+        if self.count is not None and self.weight is not None:
+            raise ValueError("give a part either a count or a weight, not both")
+        return self
+
+
+class DataOrMix(Strict):
+    """A stage's training rows: one dataset (`data`) or a mixture of several (`mix`), e.g. R1's
+    reasoning and non-reasoning samples. Resolved by stages.kinds.runtime.training_rows."""
+    data: DataSpec | None = Field(None, description="one dataset; or use `mix`")
+    mix: list[MixPart] = Field(default_factory=list, description="several datasets with a count or weight each")
+    mix_seed: int = 0
+
+    @model_validator(mode="after")
+    def _data_or_mix(self):
+        if (self.data is None) == (not self.mix):
+            raise ValueError("give exactly one of `data` (one dataset) and `mix` (several)")
+        return self
+
+    def data_inputs(self) -> dict[str, DataSpec]:
+        if self.mix:
+            return {f"mix.{i}.data": part.data for i, part in enumerate(self.mix)}
+        return {"data": self.data}
+
+
 class RewardSpec(Strict):
     """A reward from the registry (stages/rewards), by name, with its weight and parameters."""
     name: str

@@ -18,7 +18,7 @@ from pathlib import Path
 from stages.core.files import save_figure
 from stages.core.language import consistency
 from stages.core.text import split_thinking
-from stages.core.thinking import EMPTY_THINK, flag_messages
+from stages.core.thinking import complies, flag_messages
 from stages.rewards.verifiers import score_rows
 from stages.rollouts import SamplingSpec, generate_completions
 
@@ -29,16 +29,6 @@ def mean_defined(values) -> float:
     """Mean of the values that are not None; 0 when there are none."""
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else 0.0
-
-
-def complies(text: str, mode: str) -> bool:
-    """Whether a completion follows its mode: the empty think block for no_think; for think, an
-    opened block with some thinking in it (closed or not: a long thought cut by the token limit
-    still obeyed the flag)."""
-    if mode == "no_think":
-        return text.startswith(EMPTY_THINK.strip())
-    rest = text.removeprefix("<think>")
-    return rest != text and bool(rest.strip()) and not rest.lstrip().startswith("</think>")
 
 
 def _consistent(text: str, language: str) -> float | None:

@@ -17,21 +17,23 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from stages.core.templates import check_template, render_prompt
-from stages.kinds.common import DataSpec, RewardSpec, StageBase, TrainingKnobs
+from stages.kinds.common import DataOrMix, RewardSpec, StageBase, TrainingKnobs
 from stages.kinds.contracts import StageOutput
 from stages.kinds.prompt_sampler import PromptSampler, SamplerKind
 from stages.kinds.rl_curves import curve_metrics, plot_curves
 from stages.kinds.runtime import (
     last_checkpoint,
-    load_stage_rows,
     lora_config,
     progress_callback,
+    record_mixture,
     save_model,
     train_metrics,
     trainer_args,
+    training_rows,
 )
 from stages.rewards import check_reward_specs, get_reward, reward_counter_metrics, reward_tags
 from stages.rewards.earnable import unearnable
+from stages.rewards.verifiers import VERIFIER_REWARDS
 from stages.rollouts import load_tokenizer, vllm_unavailable
 
 LossVariant = Literal["grpo", "dr_grpo", "dapo", "kimi_mirror_descent"]
@@ -43,10 +45,9 @@ PAPER_DEFAULTS = {  # beta, clip_high (None = clip_low), dynamic sampling, mask 
 }
 
 
-class GRPOConfig(StageBase, TrainingKnobs):
+class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
     kind: Literal["grpo"] = "grpo"
     model: str = Field(description="policy to start from: alias, named model, path, hub id or `stage.model`")
-    data: DataSpec
     rewards: list[RewardSpec] = Field(min_length=1, description="summed with their weights into the reward")
     loss: LossVariant = "grpo"
     beta: float | None = Field(None, ge=0, description="KL weight to the reference; None = the variant's value")
@@ -137,23 +138,36 @@ def with_resolved_models(spec: RewardSpec, j: int, ctx) -> RewardSpec:
     return spec.model_copy(update={"params": {**spec.params, "model": ctx.input(path)}})
 
 
-class Scheduled:
-    """A registry reward that returns 0 before `start_step` (TRL passes the trainer state). Picklable."""
+class StageReward:
+    """A registry reward as one RL stage applies it (picklable):
+    - held at 0 before `start_step` (TRL passes the trainer state; Kimi's delayed length reward);
+    - in a mixture of prompts, a verifier's reward (accuracy_math, code_exec, ifeval_constraints)
+      judges only rows of its own verifier and gives None elsewhere, so a math checker never reads an
+      instruction row's constraints as a gold answer (R1 stage 4: rules for reasoning prompts,
+      reward models for the rest)."""
 
-    def __init__(self, reward, start_step: int):
+    def __init__(self, reward, start_step: int = 0):
         self.reward, self.start_step = reward, start_step
+        self.own = next((v for v, name in VERIFIER_REWARDS.items() if name == reward.name), None)
         self.__name__, self.counters, self.tags = reward.__name__, reward.counters, reward.tags
 
-    def __call__(self, *args, trainer_state=None, **kwargs):
+    def __call__(self, *args, trainer_state=None, verifier=None, **kwargs):
+        n = len(kwargs["completions"])
         if trainer_state is not None and trainer_state.global_step < self.start_step:
-            return [0.0] * len(kwargs["completions"])
-        return self.reward(*args, **kwargs)
+            return [0.0] * n
+        if self.own is None or verifier is None:
+            return self.reward(*args, **kwargs)
+        mine = [i for i in range(n) if verifier[i] == self.own]
+        values: list[float | None] = [None] * n
+        if mine:
+            picked = {k: ([v[i] for i in mine] if isinstance(v, list) and len(v) == n else v) for k, v in kwargs.items()}
+            for i, value in zip(mine, self.reward(*args, **picked)):
+                values[i] = value
+        return values
 
 
-def scheduled_reward(spec: RewardSpec, stage_max_length: int | None = None):
-    """The registry reward for `spec`, held at 0 before its `start_step`."""
-    fn = get_reward(spec.name, stage_max_length, **spec.params)
-    return Scheduled(fn, spec.start_step) if spec.start_step else fn
+def stage_reward(spec: RewardSpec, stage_max_length: int | None = None) -> StageReward:
+    return StageReward(get_reward(spec.name, stage_max_length, **spec.params), spec.start_step)
 
 
 def trl_config(cfg: GRPOConfig, ctx):
@@ -188,15 +202,16 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
 
     model_dir = ctx.input("model")
     tokenizer = load_tokenizer(model_dir, cfg.trust_remote_code)
-    rows = load_stage_rows(ctx.input("data"), ctx)
+    rows, composition = training_rows(cfg, ctx, "RL prompt")
     dataset = Dataset.from_list([{"prompt": render_prompt(cfg.template, r), "answer": r["answer"],
-                                  "language": r["language"], "_index": i} for i, r in enumerate(rows)])
+                                  "language": r["language"],
+                                  "verifier": r["verifier"], "_index": i} for i, r in enumerate(rows)])
     sampler = PromptSampler(cfg.sampler, len(rows), seed=cfg.seed, difficulty=difficulty_order(cfg, rows))
     names = [r.name for r in cfg.rewards]
     rl = RLOptions(sampler=sampler, success_reward=names.index(cfg.success_reward or names[0]), loss=cfg.loss,
                    tau=cfg.tau, dynamic_sampling=cfg.effective("dynamic_sampling"),
                    max_rounds=cfg.dynamic_sampling_max_rounds, dynamic_sampling_by=cfg.dynamic_sampling_by)
-    rewards = [scheduled_reward(with_resolved_models(r, j, ctx), cfg.max_completion_length)
+    rewards = [stage_reward(with_resolved_models(r, j, ctx), cfg.max_completion_length)
                for j, r in enumerate(cfg.rewards)]
     trainer = PosttrainGRPOTrainer(model=model_dir, args=trl_config(cfg, ctx), train_dataset=dataset,
                                    reward_funcs=rewards, processing_class=tokenizer,
@@ -208,7 +223,8 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
     save_model(trainer, tokenizer, ctx)
     metrics = {**train_metrics(trainer, resume), "train/prompts": float(len(rows)),
                **curve_metrics(trainer.state.log_history), **reward_counter_metrics(rewards, "train/")}
-    artifacts = []
+    mix_metrics, artifacts = record_mixture(composition, ctx)
+    metrics.update(mix_metrics)
     if ctx.is_main and plot_curves(trainer.state.log_history, ctx.output_dir / "rl_curves.png"):
         artifacts.append("rl_curves.png")
     return StageOutput(outputs={"model": "model"}, metrics=metrics, artifacts=artifacts, tags=reward_tags(rewards))

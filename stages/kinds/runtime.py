@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_curation.mixture import mix_rows
 from data_curation.preferences import load_pairs
 from data_curation.schema import check_row
 from data_curation.sources import load_rows
@@ -70,6 +71,29 @@ def load_stage_rows(data: dict, ctx: StageContext | None = None) -> list[dict]:
         ctx.metrics["data/skipped_rows"] = ctx.metrics.get("data/skipped_rows", 0.0) + len(skipped)
     return rows
 
+
+
+def training_rows(cfg, ctx: StageContext, what: str) -> tuple[list[dict], list[dict] | None]:
+    """The rows of a DataOrMix config and, for a mixture, the composition actually used."""
+    if not cfg.mix:
+        return load_stage_rows(ctx.input("data"), ctx), None
+    parts = [(part.data.source, load_stage_rows(ctx.input(f"mix.{i}.data"), ctx), part.count, part.weight)
+             for i, part in enumerate(cfg.mix)]
+    rows, composition = mix_rows(parts, cfg.mix_seed)
+    print(f"posttrain: {what} mixture " + ", ".join(f"{c['part']}: {c['used']} rows ({c['share']:.0%})"
+                                                   for c in composition), flush=True)
+    return rows, composition
+
+
+def record_mixture(composition: list[dict] | None, ctx: StageContext) -> tuple[dict[str, float], list[str]]:
+    """(metrics, artifacts) describing a mixture: mixture.json and rows/share per part."""
+    if not composition:
+        return {}, []
+    write_json_atomic(ctx.output_dir / "mixture.json", composition)
+    metrics = {}
+    for i, part in enumerate(composition):
+        metrics.update({f"mix/{i}/rows": float(part["used"]), f"mix/{i}/share": part["share"]})
+    return metrics, ["mixture.json"]
 
 def load_stage_pairs(data: dict) -> list[dict]:
     """Preference pairs for a resolved pairs input: an earlier stage's pairs.jsonl or a local file."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from stages.rewards.base import Reward, completion_text
 from stages.rewards.code import CodeExec
-from stages.rewards.format import FormatTags, FormatThink
+from stages.rewards.format import FormatTags, FormatThink, ThinkingFlag
 from stages.rewards.ifeval import IfevalConstraints
 from stages.rewards.language import LanguageConsistency
 from stages.rewards.length import CosineLength, LengthKimi, OverlongDapo, Repetition
@@ -21,7 +21,7 @@ from stages.rewards.sandbox import SandboxUnavailable
 
 REWARDS: dict[str, type[Reward]] = {cls.name: cls for cls in (
     AccuracyMath, FormatThink, FormatTags, LanguageConsistency, LengthKimi, OverlongDapo, CosineLength,
-    Repetition, CodeExec, IfevalConstraints, RewardModelScore)}
+    Repetition, CodeExec, IfevalConstraints, RewardModelScore, ThinkingFlag)}
 
 __all__ = ["REWARDS", "Reward", "completion_text", "get_reward", "check_reward", "reward_stats", "combined"]
 

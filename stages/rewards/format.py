@@ -1,11 +1,13 @@
 """Format rewards: DeepSeek-R1's reasoning-in-<think> layout and R1-Zero's <answer> tag style
 (`format_think`, all or nothing), and a tag count with partial credit (`format_tags`) for shaping
 early RL on small models: each of <think>, </think> and, with answer tags, <answer>, </answer>
-that appears exactly once earns its share."""
+that appears exactly once earns its share. `thinking_flag`: Qwen3's format following with the flags
+(stage 4): the completion obeys the /think or /no_think its prompt asks for."""
 
 from __future__ import annotations
 
 from stages.core.text import is_well_formed
+from stages.core.thinking import complies, flag_of, governing_mode
 from stages.rewards.base import Reward, completion_text
 
 
@@ -32,3 +34,23 @@ class FormatTags(Reward):
     def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
         share = 1.0 / len(self.tags_counted)
         return [float(sum(share for tag in self.tags_counted if completion_text(c).count(tag) == 1)) for c in completions]
+
+
+class ThinkingFlag(Reward):
+    """1 when the completion follows the mode its prompt asks for (the last /think or /no_think
+    flag in a user or system turn; thinking by default): the empty think block for /no_think,
+    some thinking for /think. Prompts come as chat messages or, with plain templates, as text."""
+    name = "thinking_flag"
+
+    def __init__(self):
+        super().__init__()
+
+    def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
+        prompts = prompts or [None] * len(completions)
+        return [float(complies(completion_text(c), prompt_mode(p))) for p, c in zip(prompts, completions)]
+
+
+def prompt_mode(prompt) -> str:
+    if isinstance(prompt, list):
+        return governing_mode(prompt)
+    return flag_of(prompt or "") or "think"
