@@ -146,6 +146,8 @@ def test_in_a_mixture_a_verifier_reward_judges_only_its_own_rows():
     prompts = [[{"role": "user", "content": "hi /no_think"}], [{"role": "user", "content": "hi"}]]
     assert flags(prompts=prompts, completions=["<think>\n\n</think>\n\nhello", "<think>\n\n</think>\n\nhello"],
                  verifier=["none", "math"]) == [1.0, 0.0]
+    math_format = stage_reward(RewardSpec(name="format_think", only=["math"]))  # R1 stage 4: no CoT on chat rows
+    assert math_format(completions=["<think>a</think> b", "hello"], verifier=["math", "none"]) == [1.0, None]
 
 
 def test_r1_zero_end_to_end_logs_reward_curves(tmp_path):

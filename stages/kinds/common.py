@@ -100,6 +100,9 @@ class RewardSpec(Strict):
     params: dict = Field(default_factory=dict)
     start_step: int = Field(0, ge=0, description="RL only: the reward counts from this optimizer step on "
                             "(Kimi k1.5 trains without its length reward first)")
+    only: list[Literal["math", "code", "ifeval", "none"]] | None = Field(
+        None, description="RL only: judge rows whose verifier is one of these, None elsewhere; by default a "
+        "verifier's reward (accuracy_math, code_exec, ifeval_constraints) judges its own rows, any other every row")
 
 
 class LoraSpec(Strict):

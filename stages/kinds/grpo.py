@@ -143,12 +143,13 @@ class StageReward:
     - held at 0 before `start_step` (TRL passes the trainer state; Kimi's delayed length reward);
     - in a mixture of prompts, a verifier's reward (accuracy_math, code_exec, ifeval_constraints)
       judges only rows of its own verifier and gives None elsewhere, so a math checker never reads an
-      instruction row's constraints as a gold answer (R1 stage 4: rules for reasoning prompts,
-      reward models for the rest)."""
+      instruction row's constraints as a gold answer; `only` names the verifiers explicitly (R1
+      stage 4: rules for reasoning prompts, reward models for the rest)."""
 
-    def __init__(self, reward, start_step: int = 0):
+    def __init__(self, reward, start_step: int = 0, only: list[str] | None = None):
         self.reward, self.start_step = reward, start_step
-        self.own = next((v for v, name in VERIFIER_REWARDS.items() if name == reward.name), None)
+        default = [v for v, name in VERIFIER_REWARDS.items() if name == reward.name]
+        self.own = set(only or default) or None
         self.__name__, self.counters, self.tags = reward.__name__, reward.counters, reward.tags
 
     def __call__(self, *args, trainer_state=None, verifier=None, **kwargs):
@@ -157,7 +158,7 @@ class StageReward:
             return [0.0] * n
         if self.own is None or verifier is None:
             return self.reward(*args, **kwargs)
-        mine = [i for i in range(n) if verifier[i] == self.own]
+        mine = [i for i in range(n) if verifier[i] in self.own]
         values: list[float | None] = [None] * n
         if mine:
             picked = {k: ([v[i] for i in mine] if isinstance(v, list) and len(v) == n else v) for k, v in kwargs.items()}
@@ -167,7 +168,7 @@ class StageReward:
 
 
 def stage_reward(spec: RewardSpec, stage_max_length: int | None = None) -> StageReward:
-    return StageReward(get_reward(spec.name, stage_max_length, **spec.params), spec.start_step)
+    return StageReward(get_reward(spec.name, stage_max_length, **spec.params), spec.start_step, spec.only)
 
 
 def trl_config(cfg: GRPOConfig, ctx):
