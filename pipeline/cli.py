@@ -87,6 +87,13 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from pipeline import runs
+    rows = runs.comparison([runs.find(ref) for ref in args.runs])
+    print(json.dumps(rows, indent=2) if args.json else runs.format_comparison(rows))
+    return 0
+
+
 def cmd_serve(args) -> int:
     from pipeline import prefect_api
 
@@ -134,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("run", nargs="?", default="latest")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_show)
+    sp = sub.add_parser("compare", help="every stage's held-out metrics side by side, within and across runs")
+    sp.add_argument("runs", nargs="*", default=["latest"], help="run ids (prefixes), MLflow or Prefect ids; default latest")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_compare)
     sp = sub.add_parser("serve", help="serve one Prefect deployment per recipe")
     sp.add_argument("--profile", default="tiny")
     sp.set_defaults(fn=cmd_serve)

@@ -81,6 +81,8 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
                     "code": STAGE_KINDS[stage.kind].code_version()}
     key = hashlib.sha256(json.dumps(key_material, sort_keys=True).encode()).hexdigest()
     out = home() / "stages" / resolved.recipe.name / f"{stage.name}-{key[:16]}"
+    if not (out / "result.json").exists():  # the same stage, published by another recipe (same key: same work)
+        out = next((p.parent for p in sorted((home() / "stages").glob(f"*/{out.name}/result.json"))), out)
     ds = str(deepspeed_config_path(stage.launcher.deepspeed_config)) if stage.launcher.mode == "deepspeed" else None
     return StagePlan(name=stage.name, kind=stage.kind, recipe=resolved.recipe.name, config=config, inputs=inputs,
                      fingerprints=fingerprints, eval=eval_spec, cache_key=key, output_dir=str(out),

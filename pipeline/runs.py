@@ -60,6 +60,35 @@ def format_table(record: dict) -> str:
         rows.append([s["name"], s["kind"], s["status"] + how,
                      f"{s.get('duration_s', 0):.1f}", *[f"{m[k]:.4g}" if k in m else "-" for k in KEY_METRICS],
                      s.get("mlflow_run_id") or "-"])
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(cols))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join([head, *lines])
+    return "\n".join([head, grid(rows)])
+
+
+def grid(rows: list[list]) -> str:
+    """Rows of cells as left-aligned text columns."""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def held_out(metrics: dict) -> dict[str, float]:
+    """A stage's held-out numbers: the recipe's evaluation (accuracy, format, lengths, per mode and
+    budget), a reward model's pairwise accuracy, a student's KL to its teacher. Reward internals
+    (errors, Nones, std) and counts stay in MLflow."""
+    return {k: v for k, v in metrics.items()
+            if (k.startswith("eval/") and "/rewards/" not in k and k not in ("eval/n", "eval/unjudged"))
+            or k in ("rm/pairwise_accuracy", "rm/margin_mean") or k.startswith("distill/kl")}
+
+
+def comparison(records: list[dict]) -> list[dict]:
+    """One row per (run, stage) with every held-out metric, for `posttrain compare`."""
+    return [{"run": r["id"], "recipe": r["recipe"], "profile": r.get("profile"), "stage": s["name"],
+             "kind": s["kind"], "status": s["status"], "mlflow_run_id": s.get("mlflow_run_id"),
+             "metrics": held_out(s.get("metrics", {}))} for r in records for s in r["stages"]]
+
+
+def format_comparison(rows: list[dict]) -> str:
+    keys = sorted({k for r in rows for k in r["metrics"]}, key=lambda k: (k not in KEY_METRICS, k))
+    several = len({r["run"] for r in rows}) > 1
+    head = (["run"] if several else []) + ["stage", "kind", *[k.removeprefix("eval/") for k in keys]]
+    table = [head] + [([r["run"]] if several else []) + [r["stage"], r["kind"],
+                      *[f"{r['metrics'][k]:.4g}" if k in r["metrics"] else "-" for k in keys]] for r in rows]
+    return grid(table)

@@ -25,6 +25,8 @@ STAGE_KIND_TAG = "posttrain.stage_kind"
 CACHE_KEY_TAG = "posttrain.cache_key"
 CACHED_FROM_TAG = "posttrain.cached_from"
 OUTPUT_DIR_TAG = "posttrain.output_dir"
+# MLflow 3 opens an experiment in its GenAI view (traces, judges) unless told it is model training.
+EXPERIMENT_KIND_TAG, TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
 
 
 def checksum_tag(output: str) -> str:
@@ -53,7 +55,11 @@ def experiment_id(recipe: str) -> str:
     c = client()
     name = f"posttrain/{recipe}"
     exp = c.get_experiment_by_name(name)
-    return exp.experiment_id if exp else c.create_experiment(name)
+    if exp is None:
+        return c.create_experiment(name, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
+    if exp.tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:  # made by an older posttrain
+        c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
+    return exp.experiment_id
 
 
 def git_commit() -> str:
