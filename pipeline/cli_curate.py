@@ -56,5 +56,5 @@ def add_parser(sub) -> None:
         sp.add_argument("--out", required=True, help="directory for kept.jsonl, removed.jsonl, report.json")
         if kind == "decontaminate":
             sp.add_argument("--eval", action="append", required=True, help="eval set (repeatable): source[:split] or file")
-        add_model_arguments(sp, CURATION_CONFIGS[kind], skip={"name", "kind", "evaluate"})
+        add_model_arguments(sp, CURATION_CONFIGS[kind], skip={"name", "kind", "evaluate", "gate"})
         sp.set_defaults(fn=cmd_curate)

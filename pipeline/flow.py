@@ -31,11 +31,19 @@ from prefect.artifacts import (
 
 from data_curation.sources import source_fingerprint
 from pipeline import runs, tracking
+from pipeline.gates import GateFailed, baseline_plan, gate_failure, input_metrics
 from pipeline.home import home, publish_dir
 from pipeline.launcher import run_worker
 from pipeline.locks import held, stage_lock
 from pipeline.models import model_fingerprint, resolve_model
-from pipeline.recipe import ResolvedRecipe, deepspeed_config_path, list_profiles, list_recipes, load_recipe
+from pipeline.recipe import (
+    ResolvedRecipe,
+    deepspeed_config_path,
+    is_evaluated,
+    list_profiles,
+    list_recipes,
+    load_recipe,
+)
 from stages.core.files import dir_fingerprint, write_json_atomic
 from stages.kinds.contracts import StageOutput, StagePlan, StageResult, WorkerSpec
 from stages.kinds.registry import STAGE_KINDS
@@ -71,13 +79,14 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
             fingerprints[fname] = source_fingerprint(spec.source, spec.params)
     fingerprints.update(stage.input_fingerprints())
     eval_spec = None
-    if resolved.recipe.eval is not None and stage.evaluate and "model" in stage.OUTPUTS and stage.GENERATES:
+    if is_evaluated(resolved.recipe, stage):
         eval_spec = resolved.recipe.eval.model_dump(mode="json")
         inputs["eval_data"] = eval_spec["data"]
         fingerprints["eval_data"] = source_fingerprint(resolved.recipe.eval.data.source,
                                                        resolved.recipe.eval.data.params)
     config = stage.model_dump(mode="json")
-    key_material = {"kind": stage.kind, "config": config, "eval": eval_spec, "inputs": fingerprints,
+    keyed = stage.model_dump(mode="json", exclude={"gate"})  # a gate judges the result; it does not change it
+    key_material = {"kind": stage.kind, "config": keyed, "eval": eval_spec, "inputs": fingerprints,
                     "code": STAGE_KINDS[stage.kind].code_version()}
     key = hashlib.sha256(json.dumps(key_material, sort_keys=True).encode()).hexdigest()
     out = home() / "stages" / resolved.recipe.name / f"{stage.name}-{key[:16]}"
@@ -86,7 +95,8 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
     ds = str(deepspeed_config_path(stage.launcher.deepspeed_config)) if stage.launcher.mode == "deepspeed" else None
     return StagePlan(name=stage.name, kind=stage.kind, recipe=resolved.recipe.name, config=config, inputs=inputs,
                      fingerprints=fingerprints, eval=eval_spec, cache_key=key, output_dir=str(out),
-                     deepspeed_config=ds, launcher=stage.launcher)
+                     deepspeed_config=ds, launcher=stage.launcher,
+                     baseline=baseline_plan(stage, eval_spec, fingerprints, upstream))
 
 
 @task(cache_key_fn=lambda ctx, params: params["cache_key"], persist_result=True, result_serializer="json")
@@ -190,13 +200,24 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
             cached = state.name == "Cached"
             reused = cached or result.reused  # served from a published directory, not trained by this run
             child = _record_cached(parent, plan, result) if reused else result.mlflow_run_id
-            entry.update(status="completed", cached=cached, reused=reused, metrics=result.metrics,
+            from_upstream = {k: v for k, v in input_metrics(stage, result, upstream).items() if k not in result.metrics}
+            if from_upstream:
+                tracking.log_metrics(child, from_upstream)
+            entry.update(status="completed", cached=cached, reused=reused, metrics={**result.metrics, **from_upstream},
                          mlflow_run_id=child, mlflow_url=tracking.run_url(child), output_dir=result.output_dir,
                          cache_key=plan.cache_key)
             upstream[stage.name] = result
             how = "cached" if cached else "reused (published by another run)" if reused else "completed"
             logger.info("stage %s %s in %.1f s", stage.name, how, entry["duration_s"])
             runs.save(record)
+            if stage.gate and (failure := gate_failure(stage.name, stage.gate, entry["metrics"])):
+                entry["gate"] = failure
+                tracking.tag_gate(child, failure)
+                if stage.gate.on_fail == "stop":
+                    entry["status"] = "gate_failed"
+                    raise GateFailed(failure)
+                logger.warning("%s; going on (on_fail: warn)", failure)
+                runs.save(record)
         record["status"] = "completed"
     except BaseException:
         record["status"] = "failed"

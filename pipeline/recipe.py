@@ -239,6 +239,11 @@ def _pydantic_errors(e: ValidationError, data: dict, where: dict, default: str) 
 
 # ---------------------------------------------------------------- checks beyond the schema
 
+def is_evaluated(recipe: Recipe, stage) -> bool:
+    """Whether the recipe's evaluation runs on this stage's model: decided here, once."""
+    return recipe.eval is not None and stage.evaluate and "model" in stage.OUTPUTS and stage.GENERATES
+
+
 def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
     errors = []
 
@@ -279,6 +284,11 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
                 f"no DeepSpeed config {launcher.deepspeed_config!r} (looked for {looked})")
         for rel, msg in stage.semantic_errors():
             add(loc + rel, msg)
+        if stage.gate is not None and not is_evaluated(recipe, stage):
+            add(loc + ("gate",), "a gate compares held-out metrics, and this stage is not evaluated (no recipe "
+                                 "`eval`, `evaluate: false`, or no model output that generates)")
+        elif stage.gate is not None and stage.EVAL_INPUT is None:
+            add(loc + ("gate",), f"a {stage.kind} stage has no single input model to compare with")
         produced[stage.name] = stage.OUTPUTS
     if recipe.eval is not None:
         reward_errors = check_reward_specs(recipe.eval.rewards, recipe.eval.max_new_tokens)

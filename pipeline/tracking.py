@@ -25,6 +25,7 @@ STAGE_KIND_TAG = "posttrain.stage_kind"
 CACHE_KEY_TAG = "posttrain.cache_key"
 CACHED_FROM_TAG = "posttrain.cached_from"
 OUTPUT_DIR_TAG = "posttrain.output_dir"
+GATE_TAG = "posttrain.gate_failed"
 # MLflow 3 opens an experiment in its GenAI view (traces, judges) unless told it is model training.
 EXPERIMENT_KIND_TAG, TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
 
@@ -159,6 +160,10 @@ def tag_published(run_id: str, output_dir: str, fingerprints: dict[str, str]) ->
     c.set_tag(run_id, OUTPUT_DIR_TAG, output_dir)
     for name, digest in fingerprints.items():
         c.set_tag(run_id, checksum_tag(name), digest)
+
+
+def tag_gate(run_id: str, failure: str) -> None:
+    client().set_tag(run_id, GATE_TAG, failure)
 
 
 def end_run(run_id: str, ok: bool) -> None:

@@ -6,6 +6,7 @@ partial output directory. The spec is a WorkerSpec (stages.kinds.contracts) writ
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from pipeline import tracking
+from pipeline.home import home
 from pipeline.processes import die_with_parent
 from stages.core.files import write_json_atomic
 from stages.kinds.contracts import StageOutput, WorkerSpec
@@ -62,6 +64,8 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
         eval_metrics, table = evaluate(str(ctx.output_dir / output.outputs["model"]), EvalSpec.model_validate(spec.eval),
                                        rows, getattr(cfg, "trust_remote_code", False), ctx.output_dir)
         output.metrics.update(eval_metrics)
+        if spec.baseline:
+            output.metrics.update(baseline_metrics(spec, rows, getattr(cfg, "trust_remote_code", False)))
         if (ctx.output_dir / "budget_curve.png").exists():
             output.artifacts.append("budget_curve.png")
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
@@ -71,6 +75,19 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
         tracking.log_stage_output(spec.mlflow_run_id, ctx.output_dir, output, table)
     write_json_atomic(ctx.output_dir / "result.json", output.model_dump())
     return output
+
+
+def baseline_metrics(spec: WorkerSpec, rows: list[dict], trust_remote_code: bool) -> dict[str, float]:
+    """The input model's held-out metrics (`input/eval/...`), evaluated once per model and
+    evaluation spec (pipeline.gates): later stages and runs read the cached numbers."""
+    path = home() / "baselines" / f"{spec.baseline['key']}.json"
+    if path.exists():
+        metrics = json.loads(path.read_text())
+    else:
+        metrics, _ = evaluate(spec.inputs[spec.baseline["input"]], EvalSpec.model_validate(spec.eval), rows,
+                              trust_remote_code)
+        write_json_atomic(path, metrics)
+    return {f"input/{k}": v for k, v in metrics.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

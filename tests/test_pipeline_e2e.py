@@ -104,3 +104,37 @@ def test_deployments_offer_recipe_and_profile_as_choices(prefect_harness):
     props = deployment._parameter_openapi_schema.model_dump()["properties"]
     assert props["profile"]["anyOf"][0]["enum"] == list_profiles()
     assert "smoke" in str(props["recipe"])
+
+
+def test_every_evaluated_stage_is_compared_with_its_input_model(smoke_runs):
+    first, second = smoke_runs
+    cold, polish = first["stages"]
+    # cold_start starts from the base model: the worker evaluated it once (cached for the rerun).
+    assert {"input/eval/accuracy", "input/eval/format_rate"} <= set(cold["metrics"])
+    assert second["stages"][0]["metrics"]["input/eval/format_rate"] == cold["metrics"]["input/eval/format_rate"]
+    # polish starts from cold_start: its input numbers are cold_start's evaluation.
+    assert polish["metrics"]["input/eval/format_rate"] == cold["metrics"]["eval/format_rate"]
+    client = mlflow.MlflowClient(f"sqlite:///{Path(__import__('os').environ['POSTTRAIN_HOME']) / 'mlflow.db'}")
+    assert "input/eval/format_rate" in client.get_run(polish["mlflow_run_id"]).data.metrics
+
+
+def test_a_gate_stops_with_both_numbers_or_warns_with_a_tag(smoke_runs, prefect_harness):
+    from pipeline import runs
+    from pipeline.flow import run_recipe
+    from pipeline.gates import GateFailed
+    from pipeline.tracking import GATE_TAG, client
+
+    impossible = "stages.polish.gate={metric: format_rate, min_delta: 2.0, on_fail: %s}"
+    with pytest.raises(GateFailed, match=r"eval/format_rate \S+ against the input model's \S+ \(change"):
+        run_recipe("smoke", "tiny", [impossible % "stop"])
+    stopped = runs.find("latest")
+    assert stopped["status"] == "failed"
+    polish = stopped["stages"][1]
+    assert polish["status"] == "gate_failed" and polish["cached"], "a gate is not part of the cache key"
+    assert client().get_run(polish["mlflow_run_id"]).data.tags[GATE_TAG] == polish["gate"]
+
+    warned = run_recipe("smoke", "tiny", [impossible % "warn"])
+    assert warned["status"] == "completed" and "the gate asks for at least +2" in warned["stages"][1]["gate"]
+    assert GATE_TAG in client().get_run(warned["stages"][1]["mlflow_run_id"]).data.tags
+    passed = run_recipe("smoke", "tiny", ["stages.polish.gate={metric: format_rate, min_delta: -1.0}"])
+    assert passed["status"] == "completed" and "gate" not in passed["stages"][1]

@@ -184,3 +184,12 @@ def test_preference_inputs_must_be_pairs(tmp_path):
     msg = refused(path)
     assert "stages[2].pairs.source: preference pairs come from a stage's `pairs` output or a local file" in msg
     assert "stages[3].pairs.source: 'cold_start.model' is a stage's `model` output; this field takes `<stage>.pairs`" in msg
+
+
+def test_a_gate_needs_an_evaluated_stage_with_one_input_model():
+    msg = refused("smoke", overrides=["stages.cold_start.evaluate=false", "stages.cold_start.gate={metric: accuracy}"])
+    assert "stages[0].gate" in msg and "not evaluated" in msg
+    msg = refused("rlhf_smoke", overrides=["stages.merged.gate={metric: accuracy}"])
+    assert "stages[5].gate" in msg and "no single input model" in msg
+    recipe = load_recipe("smoke", "tiny", ["stages.polish.gate={metric: accuracy, min_delta: 0.05, on_fail: warn}"]).recipe
+    assert recipe.stages[1].gate.metric == "eval/accuracy"  # the shorthand names the held-out metric

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 STAGE_NAME = r"^[a-z][a-z0-9_]*$"
 
@@ -112,10 +112,25 @@ class LoraSpec(Strict):
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
 
 
+class GateSpec(Strict):
+    """An evaluation gate: this stage's held-out metric against its input model's (the upstream
+    stage's evaluation, or the input model evaluated once before training)."""
+    metric: str = Field("eval/accuracy", description="a held-out metric; `accuracy` means eval/accuracy")
+    min_delta: float = Field(0.0, description="the change over the input model required; negative allows a drop")
+    on_fail: Literal["stop", "warn"] = Field("stop", description="stop: fail the pipeline; warn: tag the run, go on")
+
+    @field_validator("metric")
+    @classmethod
+    def _eval_metric(cls, value: str) -> str:
+        return value if value.startswith("eval/") else f"eval/{value}"
+
+
 class StageBase(Strict):
     name: str = Field(pattern=STAGE_NAME)
     launcher: LaunchSpec = Field(default_factory=LaunchSpec)
     evaluate: bool = Field(True, description="run the recipe's evaluation on this stage's model")
+    gate: GateSpec | None = Field(None, description="stop or warn when the held-out metric does not improve "
+                                  "on the input model's (not part of the cache key)")
 
     # Which outputs the stage produces ("model", "dataset", "pairs") and which fields name models.
     OUTPUTS: ClassVar[tuple[str, ...]] = ()
@@ -123,6 +138,7 @@ class StageBase(Strict):
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ()
     PAIRS_FIELDS: ClassVar[tuple[str, ...]] = ()  # data fields holding preference pairs, not schema rows
     GENERATES: ClassVar[bool] = True  # whether its model output can generate (reward models cannot)
+    EVAL_INPUT: ClassVar[str | None] = None  # the model field this stage changes: its baseline for deltas and gates
 
     def semantic_errors(self) -> list[tuple[tuple, str]]:
         """Checks beyond field types, run at validation before anything starts: (path, message)."""

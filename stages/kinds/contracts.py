@@ -33,6 +33,8 @@ class StagePlan(Contract):
     cache_key: str
     output_dir: str
     launcher: LaunchSpec
+    baseline: dict | None = Field(None, description="{input, key}: evaluate this input model before training "
+                                  "(once per model and eval spec: `key`), for deltas and gates")
     deepspeed_config: str | None = None
 
 
@@ -45,11 +47,13 @@ class WorkerSpec(Contract):
     deepspeed_config: str | None = None
     flow_pid: int | None = None
     mlflow_run_id: str | None = None
+    baseline: dict | None = None
 
     @classmethod
     def from_plan(cls, plan: StagePlan, output_dir: str, flow_pid: int, mlflow_run_id: str | None) -> WorkerSpec:
         return cls(kind=plan.kind, stage=plan.config, inputs=plan.inputs, eval=plan.eval, output_dir=output_dir,
-                   deepspeed_config=plan.deepspeed_config, flow_pid=flow_pid, mlflow_run_id=mlflow_run_id)
+                   deepspeed_config=plan.deepspeed_config, flow_pid=flow_pid, mlflow_run_id=mlflow_run_id,
+                   baseline=plan.baseline)
 
 
 class StageOutput(Contract):

@@ -61,6 +61,7 @@ class DistillConfig(StageBase, TrainingKnobs):
 
     OUTPUTS: ClassVar[tuple[str, ...]] = ("model",)
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("student", "teacher")
+    EVAL_INPUT: ClassVar[str | None] = "student"
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
 
 

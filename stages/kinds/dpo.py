@@ -43,6 +43,7 @@ class DPOConfig(StageBase, TrainingKnobs):
 
     OUTPUTS: ClassVar[tuple[str, ...]] = ("model",)
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("model", "ref_model")
+    EVAL_INPUT: ClassVar[str | None] = "model"
     PAIRS_FIELDS: ClassVar[tuple[str, ...]] = ("pairs",)
 
 

@@ -79,6 +79,7 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
 
     OUTPUTS: ClassVar[tuple[str, ...]] = ("model",)
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("model",)
+    EVAL_INPUT: ClassVar[str | None] = "model"
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
 
     def model_inputs(self) -> dict[str, str]:

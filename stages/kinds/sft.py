@@ -34,6 +34,7 @@ class SFTConfig(DataOrMix, StageBase, TrainingKnobs):
 
     OUTPUTS: ClassVar[tuple[str, ...]] = ("model",)
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("model",)
+    EVAL_INPUT: ClassVar[str | None] = "model"
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
 
 
