@@ -79,16 +79,26 @@ def held_out(metrics: dict) -> dict[str, float]:
 
 
 def comparison(records: list[dict]) -> list[dict]:
-    """One row per (run, stage) with every held-out metric, for `posttrain compare`."""
-    return [{"run": r["id"], "recipe": r["recipe"], "profile": r.get("profile"), "stage": s["name"],
-             "kind": s["kind"], "status": s["status"], "mlflow_run_id": s.get("mlflow_run_id"),
-             "metrics": held_out(s.get("metrics", {}))} for r in records for s in r["stages"]]
+    """One row per (run, stage) with every held-out metric and its change against the stage's input
+    model (`change`; pipeline.gates), for `posttrain compare`."""
+    rows = []
+    for r in records:
+        for s in r["stages"]:
+            m = s.get("metrics", {})
+            rows.append({"run": r["id"], "recipe": r["recipe"], "profile": r.get("profile"), "stage": s["name"],
+                         "kind": s["kind"], "status": s["status"], "mlflow_run_id": s.get("mlflow_run_id"),
+                         "metrics": held_out(m),
+                         "change": {k: v - m[f"input/{k}"] for k, v in held_out(m).items() if f"input/{k}" in m}})
+    return rows
 
 
 def format_comparison(rows: list[dict]) -> str:
     keys = sorted({k for r in rows for k in r["metrics"]}, key=lambda k: (k not in KEY_METRICS, k))
     several = len({r["run"] for r in rows}) > 1
-    head = (["run"] if several else []) + ["stage", "kind", *[k.removeprefix("eval/") for k in keys]]
+    changes = [k for k in KEY_METRICS if any(k in r["change"] for r in rows)]
+    head = (["run"] if several else []) + ["stage", "kind", *[k.removeprefix("eval/") for k in keys],
+                                           *[f"change {k.removeprefix('eval/')}" for k in changes]]
     table = [head] + [([r["run"]] if several else []) + [r["stage"], r["kind"],
-                      *[f"{r['metrics'][k]:.4g}" if k in r["metrics"] else "-" for k in keys]] for r in rows]
+                      *[f"{r['metrics'][k]:.4g}" if k in r["metrics"] else "-" for k in keys],
+                      *[f"{r['change'][k]:+.4g}" if k in r["change"] else "-" for k in changes]] for r in rows]
     return grid(table)

@@ -112,7 +112,10 @@ def test_compare_and_list_show_the_named_recipes(r1, qwen3):
     by = {(r["recipe"], r["stage"]): r["metrics"] for r in rows}
     assert "rm/pairwise_accuracy" in by[("r1", "rm_helpful")]
     assert "eval/mode/no_think/mode_compliance" in by[("qwen3", "fusion")]
+    change = {(r["recipe"], r["stage"]): r["change"] for r in rows}
+    assert change[("r1", "all_rl")]["eval/accuracy"] == pytest.approx(
+        by[("r1", "all_rl")]["eval/accuracy"] - by[("r1", "sft_all")]["eval/accuracy"])
     text = run_cli("compare", r1["id"], qwen3["id"]).stdout
-    assert r1["id"] in text and qwen3["id"] in text and "format_rate" in text
+    assert r1["id"] in text and qwen3["id"] in text and "format_rate" in text and "change accuracy" in text
     listed = run_cli("list").stdout
     assert all(name in listed for name in ("r1", "kimi_k15", "qwen3"))
