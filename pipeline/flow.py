@@ -227,6 +227,6 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
         runs.save(record)
         done = [dict(name=s["name"], metrics=s["metrics"]) for s in record["stages"] if s.get("metrics")]
         if done:
-            tracking.log_stage_comparison(parent, done)
+            tracking.log_stage_comparison(parent, done, runs.comparison([record]))
         tracking.end_run(parent, ok=record["status"] == "completed")
     return record

@@ -6,6 +6,7 @@ metrics through `step_logger` (a TrainerCallback) and logs the stage's output th
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -175,24 +176,56 @@ def run_url(run_id: str) -> str:
     return f"{UI_URL}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
 
 
-def log_stage_comparison(parent_id: str, stages: list[dict]) -> None:
-    """A bar chart of every stage's eval metrics and a JSON table, on the pipeline's parent run."""
+PANELS = ("eval/accuracy", "eval/format_rate", "eval/thinking_tokens_mean", "eval/mode/think/accuracy",
+          "eval/mode/no_think/accuracy", "rm/pairwise_accuracy")
+
+
+def log_stage_comparison(parent_id: str, stages: list[dict], table: list[dict] | None = None) -> None:
+    """On the pipeline's parent run: bars of the headline held-out metrics per stage (with each
+    stage's input model as a marker), accuracy against thinking budget per stage when measured,
+    the compare table (`stage_comparison.json`) and every stage's metrics."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     c = client()
-    names = [s["name"] for s in stages]
-    keys = sorted({k for s in stages for k in s["metrics"] if k.startswith("eval/") and k not in ("eval/n", "eval/unjudged")})
-    if not keys:
-        return
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.2), squeeze=False)
-    for ax, key in zip(axes[0], keys):
-        ax.bar(names, [s["metrics"].get(key, 0.0) for s in stages], color="#4C72B0")
-        ax.set_title(key.removeprefix("eval/"), fontsize=9)
-        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
-    fig.suptitle("evaluation after each stage")
-    fig.tight_layout()
-    c.log_figure(parent_id, fig, "stage_comparison.png")
-    plt.close(fig)
     c.log_dict(parent_id, {s["name"]: s["metrics"] for s in stages}, "stage_metrics.json")
+    if table:
+        c.log_table(parent_id, data={k: [json.dumps(r[k]) if isinstance(r[k], dict) else r[k] for r in table]
+                                     for k in table[0]}, artifact_file="stage_comparison.json")
+    keys = [k for k in PANELS if any(k in s["metrics"] for s in stages)]
+    if keys:
+        fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 3.4), squeeze=False)
+        for ax, key in zip(axes[0], keys):
+            shown = [s for s in stages if key in s["metrics"]]
+            names = [s["name"] for s in shown]
+            ax.bar(names, [s["metrics"][key] for s in shown], color="#4C72B0", label="stage")
+            inputs = [(n, s["metrics"][f"input/{key}"]) for n, s in zip(names, shown) if f"input/{key}" in s["metrics"]]
+            if inputs:
+                ax.scatter([n for n, _ in inputs], [v for _, v in inputs], color="#DD8452", zorder=3, label="input model")
+            ax.set_title(key.removeprefix("eval/"), fontsize=9)
+            ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle("held-out evaluation after each stage (dots: the model it started from)")
+        fig.tight_layout()
+        c.log_figure(parent_id, fig, "stage_comparison.png")
+        plt.close(fig)
+    curves = {s["name"]: budget_points(s["metrics"]) for s in stages}
+    curves = {name: pts for name, pts in curves.items() if len(pts) > 1}
+    if curves:
+        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        for name, pts in curves.items():
+            ax.plot([str(b) for b, _ in pts], [a for _, a in pts], marker="o", label=name)
+        ax.set_xlabel("thinking budget (tokens)")
+        ax.set_ylabel("accuracy")
+        ax.legend(fontsize=7)
+        fig.suptitle("accuracy against thinking budget, per stage")
+        fig.tight_layout()
+        c.log_figure(parent_id, fig, "budget_curves.png")
+        plt.close(fig)
+
+
+def budget_points(metrics: dict[str, float]) -> list[tuple[str, float]]:
+    """(budget, accuracy) in budget order, `unlimited` last."""
+    found = [(k.split("/")[2], v) for k, v in metrics.items() if k.startswith("eval/budget/") and k.endswith("/accuracy")]
+    return sorted(found, key=lambda p: (p[0] == "unlimited", int(p[0]) if p[0].isdigit() else 0))

@@ -102,6 +102,10 @@ def test_qwen3_fuses_thinking_modes_rewards_flags_and_distils_both_modes(qwen3):
     plan = json.loads((_out(stages["distill_on"]) / "stage_config.json").read_text())
     assert plan["inputs"]["student"].startswith(stages["distill_off"]["output_dir"])
     assert plan["config"]["thinking_modes"] == ["think", "no_think"]
+    # The pipeline's parent run compares the stages: headline bars and accuracy against budget.
+    client = mlflow.MlflowClient(tracking_uri())
+    artifacts = {a.path for a in client.list_artifacts(qwen3["mlflow_run_id"])}
+    assert {"stage_comparison.png", "budget_curves.png", "stage_comparison.json"} <= artifacts
 
 
 def test_compare_and_list_show_the_named_recipes(r1, qwen3):

@@ -48,7 +48,7 @@ def test_mlflow_parent_and_nested_stage_runs(smoke_runs):
     assert "git_commit" in parent.data.params
     assert parent.info.status == "FINISHED"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"stage_comparison.png", "stage_metrics.json"} <= artifacts
+    assert {"stage_comparison.png", "stage_metrics.json", "stage_comparison.json"} <= artifacts
     for stage in first["stages"]:
         run = client.get_run(stage["mlflow_run_id"])
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
