@@ -97,10 +97,22 @@ def main(argv: list[str] | None = None) -> int:
     spec = WorkerSpec.model_validate_json(Path(args[0]).read_text())
     watch_flow(spec.flow_pid)
     try:
+        join_process_group()
         run_spec(spec)
     finally:
         close_process_group()
     return 0
+
+
+def join_process_group() -> None:
+    """Under the DeepSpeed launcher, join the ranks' process group before any model is built:
+    ZeRO-3 partitions weights while loading them (zero.Init) and must know the world size then;
+    the trainer would only join later, and each rank would take itself for the whole world."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not (dist.is_available() and dist.is_initialized()):
+        import deepspeed
+        import torch
+
+        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
 
 
 def close_process_group() -> None:

@@ -116,3 +116,22 @@ def test_killed_stage_resumes_from_its_checkpoint_and_earlier_stages_are_cached(
     assert polish["metrics"]["train/resumed_from_step"] == saved
     assert polish["metrics"]["train/global_step"] == 200
     assert _stage_dir(home, "polish") is None  # the partial dir was published
+
+
+def test_zero3_on_two_ranks_hands_on_one_consolidated_model(tmp_path, tiny_model):
+    """Under ZeRO-3 each rank holds a shard of every weight; the stage must still publish one plain
+    Hugging Face safetensors model with full-size tensors that the next stage can load."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    spec = sft_spec(tmp_path / "out", str(tiny_model), str(REPO / "infra/deepspeed/zero3.json"))
+    run_worker(spec, LaunchSpec(mode="deepspeed", ranks=2, deepspeed_config="zero3"), tmp_path / "worker.log", env={})
+    saved = load_file(str(tmp_path / "out" / "model" / "model.safetensors"))
+    before = AutoModelForCausalLM.from_pretrained(str(tiny_model)).state_dict()
+    assert not [k for k, t in saved.items() if t.numel() == 0], "partitioned (empty) tensors were saved"
+    assert {k: tuple(t.shape) for k, t in saved.items()} == {k: tuple(before[k].shape) for k in saved}
+    assert any(not torch.equal(saved[k].float(), before[k].float()) for k in saved), "training changed nothing"
+    reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "out" / "model"))
+    assert torch.equal(reloaded.state_dict()["model.embed_tokens.weight"].float(),
+                       saved["model.embed_tokens.weight"].float())
