@@ -6,7 +6,6 @@ partial output directory. The spec is a WorkerSpec (stages.kinds.contracts) writ
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -17,13 +16,12 @@ from pathlib import Path
 import torch.distributed as dist
 
 from pipeline import tracking
-from pipeline.home import home
 from pipeline.processes import die_with_parent
 from stages.core.files import write_json_atomic
 from stages.kinds.contracts import StageOutput, WorkerSpec
-from stages.kinds.evaluate import EvalSpec, evaluate
+from stages.kinds.evaluate import EvalSpec, evaluate, evaluate_once
 from stages.kinds.registry import STAGE_KINDS
-from stages.kinds.runtime import StageContext, load_stage_rows
+from stages.kinds.runtime import StageContext, baseline_cache, load_stage_rows
 
 
 def watch_flow(pid: int | None, every_s: float = 2.0) -> None:
@@ -64,8 +62,10 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
         eval_metrics, table = evaluate(str(ctx.output_dir / output.outputs["model"]), EvalSpec.model_validate(spec.eval),
                                        rows, getattr(cfg, "trust_remote_code", False), ctx.output_dir)
         output.metrics.update(eval_metrics)
-        if spec.baseline:
-            output.metrics.update(baseline_metrics(spec, rows, getattr(cfg, "trust_remote_code", False)))
+        if spec.baseline:  # the input model, measured once per model and eval spec (pipeline.gates)
+            before = evaluate_once(spec.inputs[spec.baseline["input"]], EvalSpec.model_validate(spec.eval), rows,
+                                   getattr(cfg, "trust_remote_code", False), baseline_cache(ctx))
+            output.metrics.update({f"input/{k}": v for k, v in before.items()})
         if (ctx.output_dir / "budget_curve.png").exists():
             output.artifacts.append("budget_curve.png")
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
@@ -75,19 +75,6 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
         tracking.log_stage_output(spec.mlflow_run_id, ctx.output_dir, output, table)
     write_json_atomic(ctx.output_dir / "result.json", output.model_dump())
     return output
-
-
-def baseline_metrics(spec: WorkerSpec, rows: list[dict], trust_remote_code: bool) -> dict[str, float]:
-    """The input model's held-out metrics (`input/eval/...`), evaluated once per model and
-    evaluation spec (pipeline.gates): later stages and runs read the cached numbers."""
-    path = home() / "baselines" / f"{spec.baseline['key']}.json"
-    if path.exists():
-        metrics = json.loads(path.read_text())
-    else:
-        metrics, _ = evaluate(spec.inputs[spec.baseline["input"]], EvalSpec.model_validate(spec.eval), rows,
-                              trust_remote_code)
-        write_json_atomic(path, metrics)
-    return {f"input/{k}": v for k, v in metrics.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

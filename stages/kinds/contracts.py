@@ -33,8 +33,8 @@ class StagePlan(Contract):
     cache_key: str
     output_dir: str
     launcher: LaunchSpec
-    baseline: dict | None = Field(None, description="{input, key}: evaluate this input model before training "
-                                  "(once per model and eval spec: `key`), for deltas and gates")
+    baseline: dict | None = Field(None, description="{input, path}: evaluate this input model, once per model "
+                                  "and eval spec (cached at `path`), for deltas and gates")
     deepspeed_config: str | None = None
 
 

@@ -26,8 +26,9 @@ from pydantic import Field
 from stages.core.thinking import flag_messages
 from stages.kinds.common import DataSpec, StageBase, TrainingKnobs
 from stages.kinds.contracts import StageOutput
-from stages.kinds.evaluate import EvalSpec, evaluate
+from stages.kinds.evaluate import EvalSpec, evaluate, evaluate_once
 from stages.kinds.runtime import (
+    baseline_cache,
     last_checkpoint,
     load_stage_rows,
     progress_callback,
@@ -166,8 +167,10 @@ def run(cfg: DistillConfig, ctx) -> StageOutput:
         metrics = on_policy(cfg, ctx, student_dir, teacher_dir, rows)
     if ctx.is_main and ctx.spec.eval is not None:
         spec, eval_rows = EvalSpec.model_validate(ctx.spec.eval), load_stage_rows(ctx.input("eval_data"))
-        for label, model_dir in (("before", student_dir), ("teacher", teacher_dir)):
-            found, _ = evaluate(model_dir, spec, eval_rows, cfg.trust_remote_code)
+        # The student before is the plan's baseline: measured once, shared with the worker's input/ metrics.
+        before = evaluate_once(student_dir, spec, eval_rows, cfg.trust_remote_code, baseline_cache(ctx))
+        teacher, _ = evaluate(teacher_dir, spec, eval_rows, cfg.trust_remote_code)
+        for label, found in (("before", before), ("teacher", teacher)):
             metrics.update({f"{label}/{k}": v for k, v in found.items() if k.startswith("eval/")})
         if probe:
             metrics["distill/kl_before"] = kl_before

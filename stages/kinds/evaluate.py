@@ -8,11 +8,13 @@ accuracy per thinking mode and per thinking budget, with a budget curve (stages/
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from stages.core.files import write_json_atomic
 from stages.core.templates import CHAT_TEMPLATES, check_template, render_prompt
 from stages.core.text import is_well_formed, split_thinking
 from stages.core.thinking import STOP_THINKING
@@ -121,3 +123,15 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     table = [{"id": r["id"], "prompt": r["prompt"][-1]["content"], "gold": r["answer"], "completion": c,
               "score": s} for r, c, s in list(zip(rows, greedy, scores))[:spec.table_rows]]
     return metrics, table
+
+
+def evaluate_once(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code: bool = False,
+                  cache: Path | None = None) -> dict[str, float]:
+    """A model's held-out metrics, read from `cache` when an earlier stage or run measured them
+    (the plan's baseline file: one per model and evaluation spec), else measured and cached."""
+    if cache is not None and cache.exists():
+        return json.loads(cache.read_text())
+    metrics, _ = evaluate(model_dir, spec, rows, trust_remote_code)
+    if cache is not None:
+        write_json_atomic(cache, metrics)
+    return metrics

@@ -85,6 +85,11 @@ def training_rows(cfg, ctx: StageContext, what: str) -> tuple[list[dict], list[d
     return rows, composition
 
 
+def baseline_cache(ctx: StageContext) -> Path | None:
+    """Where the plan caches this stage's input-model evaluation (pipeline.gates), if it asks for one."""
+    return Path(ctx.spec.baseline["path"]) if ctx.spec.baseline else None
+
+
 def record_mixture(composition: list[dict] | None, ctx: StageContext) -> tuple[dict[str, float], list[str]]:
     """(metrics, artifacts) describing a mixture: mixture.json and rows/share per part."""
     if not composition:
