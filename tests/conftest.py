@@ -43,6 +43,22 @@ def tiny_model(home) -> Path:
     return ensure_named_model("tiny-qwen3")
 
 
+def run_named_recipe(name: str) -> dict:
+    """One recipe on `tiny` through the real flow, in this process (under prefect_harness)."""
+    from pipeline.flow import run_recipe
+
+    result = run_recipe(name, "tiny", [])
+    assert result["status"] == "completed", result
+    return result
+
+
+@pytest.fixture(scope="session")
+def qwen3(prefect_harness, tiny_model) -> dict:
+    """The qwen3 run, shared: test_named_recipes checks its stages, the browser test launches the
+    same recipe from the Prefect UI on top of it."""
+    return run_named_recipe("qwen3")
+
+
 def cli_env(home: Path | None = None) -> dict:
     """The environment for a `posttrain` subprocess, pointed at `home` when given."""
     env = {**os.environ}

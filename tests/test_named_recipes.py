@@ -8,32 +8,19 @@ import mlflow
 import pytest
 
 from pipeline.home import tracking_uri
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_named_recipe
 
 pytestmark = pytest.mark.slow
 
 
-def _run(name: str) -> dict:
-    from pipeline.flow import run_recipe
-
-    result = run_recipe(name, "tiny", [])
-    assert result["status"] == "completed", result
-    return result
-
-
 @pytest.fixture(scope="module")
 def r1(prefect_harness, tiny_model):
-    return _run("r1")
+    return run_named_recipe("r1")
 
 
 @pytest.fixture(scope="module")
 def kimi(prefect_harness, tiny_model):
-    return _run("kimi_k15")
-
-
-@pytest.fixture(scope="module")
-def qwen3(prefect_harness, tiny_model):
-    return _run("qwen3")
+    return run_named_recipe("kimi_k15")
 
 
 def _stages(result: dict) -> dict[str, dict]:

@@ -1,0 +1,230 @@
+"""The Prefect and MLflow UIs as a user drives them: `posttrain ui` and `posttrain serve` on this
+session's home, a real headless browser (Playwright driving Debian's chromium; Playwright's own
+browser download is not reachable here), recipes launched from the deployment's run form.
+
+Screenshots go to test-artifacts/browser/ (or $POSTTRAIN_TEST_ARTIFACTS/browser/)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import mlflow
+import pytest
+
+from pipeline.home import tracking_uri
+from tests.conftest import POSTTRAIN, REPO, cli_env
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = os.environ.get("POSTTRAIN_CHROMIUM", "/usr/bin/chromium")
+SHOTS = Path(os.environ.get("POSTTRAIN_TEST_ARTIFACTS", REPO / "test-artifacts")) / "browser"
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(what: str, ok, timeout_s: float, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ok():
+        assert proc.poll() is None, f"{what} exited; log:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"{what} not ready after {timeout_s} s; log:\n{log.read_text()[-3000:]}"
+        time.sleep(1)
+
+
+def _up(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def uis(home, tiny_model, tmp_path_factory):
+    """`posttrain ui` (Prefect server + MLflow UI) and `posttrain serve` (the deployments), as a user
+    starts them in two terminals; serve finds the running server through the home."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make setup` installs Debian's chromium as root "
+                    "(apt-get install chromium); set POSTTRAIN_CHROMIUM to use another")
+    logs = tmp_path_factory.mktemp("ui-logs")
+    env = cli_env(home)
+    env.pop("PREFECT_API_URL", None)  # the session's test harness; the UI brings its own server
+    prefect_port, mlflow_port = _free_port(), _free_port()
+    prefect, mlflow_ui = f"http://127.0.0.1:{prefect_port}", f"http://127.0.0.1:{mlflow_port}"
+    procs = []
+    try:
+        ui_log = logs / "ui.log"
+        procs.append(subprocess.Popen([POSTTRAIN, "ui", "--prefect-port", str(prefect_port), "--mlflow-port",
+                                       str(mlflow_port)], cwd=REPO, env=env, stdout=ui_log.open("wb"),
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+        _wait("posttrain ui (Prefect)", lambda: _up(f"{prefect}/api/health"), 180, procs[0], ui_log)
+        _wait("posttrain ui (MLflow)", lambda: _up(f"{mlflow_ui}/health"), 180, procs[0], ui_log)
+        serve_log = logs / "serve.log"
+        procs.append(subprocess.Popen([POSTTRAIN, "serve", "--profile", "tiny"], cwd=REPO, env=env,
+                                      stdout=serve_log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True))
+
+        def deployments() -> int:
+            return len(httpx.post(f"{prefect}/api/deployments/filter", json={}, timeout=5).json())
+        _wait("posttrain serve", lambda: deployments() >= 8, 180, procs[1], serve_log)
+        assert f"using Prefect server {prefect}/api" in serve_log.read_text(), "serve must use the running server"
+        yield {"prefect": prefect, "mlflow": mlflow_ui, "serve_log": serve_log}
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def page(uis):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()
+
+
+def _flow_runs(api: str, deployment_id: str) -> list[dict]:
+    return httpx.post(f"{api}/flow_runs/filter", timeout=10,
+                      json={"deployments": {"id": {"any_": [deployment_id]}}}).json()
+
+
+def launch_from_form(page, base: str, recipe: str, overrides: list[str], shot: str) -> str:
+    """Deployments -> recipe -> Run -> Custom run; profile `tiny` picked from its dropdown, the
+    overrides typed into the list; Submit. Returns the new flow run's id."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.goto(f"{base}/deployments")
+    page.get_by_role("link", name=recipe, exact=True).click()
+    page.wait_for_url("**/deployments/deployment/**")
+    deployment_id = page.url.split("/deployments/deployment/")[1].split("?")[0]
+    before = {r["id"] for r in _flow_runs(f"{base}/api", deployment_id)}
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text("Custom run").click()
+    page.wait_for_url("**/run?**")
+    page.get_by_text("Run Name").wait_for()
+    profile = page.locator('button.p-select-button__control[modelvalue="tiny"]')
+    tiny = page.get_by_role("option", name="tiny", exact=True)
+    for _ in range(20):  # the select opens from the keyboard (a click toggles it twice), once the form is live
+        profile.focus()
+        page.keyboard.press("ArrowDown")
+        try:
+            tiny.wait_for(state="visible", timeout=1000)
+            break
+        except PlaywrightTimeout:
+            continue
+    assert {"demo", "gpu", "tiny"} <= {o.inner_text() for o in page.get_by_role("option").all()}
+    tiny.click()
+    for text in overrides:
+        page.locator("button.p-draggable-list__create-button").click()
+        page.locator(".p-draggable-list textarea").last.fill(text)
+    page.screenshot(path=SHOTS / shot, full_page=True)
+    page.get_by_role("button", name="Submit").click()
+    page.wait_for_url("**tab=Runs**")
+    deadline = time.monotonic() + 60
+    while not (new := [r["id"] for r in _flow_runs(f"{base}/api", deployment_id) if r["id"] not in before]):
+        assert time.monotonic() < deadline, "no flow run was created by the form"
+        time.sleep(1)
+    assert len(new) == 1
+    return new[0]
+
+
+def wait_for_flow_run(page, base: str, flow_run_id: str, shot: str, timeout_s: float = 900) -> dict:
+    page.goto(f"{base}/runs/flow-run/{flow_run_id}")
+    deadline = time.monotonic() + timeout_s
+    while (run := httpx.get(f"{base}/api/flow_runs/{flow_run_id}", timeout=10).json())["state_type"] not in TERMINAL:
+        assert time.monotonic() < deadline, f"flow run still {run['state_name']} after {timeout_s} s"
+        time.sleep(3)
+    page.reload()
+    page.get_by_text(run["state_name"], exact=True).first.wait_for()  # the state badge the user sees
+    page.screenshot(path=SHOTS / shot, full_page=True)
+    return run
+
+
+def task_states(base: str, flow_run_id: str) -> dict[str, str]:
+    """Task run name ("stage (kind)") -> state name, for one flow run."""
+    runs = httpx.post(f"{base}/api/task_runs/filter", timeout=10,
+                      json={"flow_runs": {"id": {"any_": [flow_run_id]}}}).json()
+    return {r["name"].rsplit("-", 1)[0]: r["state_name"] for r in runs}
+
+
+def test_qwen3_launched_from_the_deployment_form_completes_and_links_each_stage_to_mlflow(qwen3, page, uis):
+    base = uis["prefect"]
+    flow_run = launch_from_form(page, base, "qwen3", [], "qwen3_form.png")
+    run = wait_for_flow_run(page, base, flow_run, "qwen3_flow_run.png")
+    assert run["state_type"] == "COMPLETED", run["state"]
+    assert run["parameters"]["recipe"] == "qwen3" and run["parameters"]["profile"] == "tiny"
+    # One task run per stage. The session's qwen3 run trained them all, so each is Cached here.
+    expected = {f"{s['name']} ({s['kind']})" for s in qwen3["stages"]}
+    states = task_states(base, flow_run)
+    assert set(states) == expected and len(states) == len(qwen3["stages"])
+    assert set(states.values()) == {"Cached"}, states
+    page.get_by_text("Task Runs", exact=True).click()
+    page.get_by_text("general_rl (grpo)").first.wait_for()
+    # The stage's MLflow link artifact opens that stage's run in the MLflow UI.
+    page.get_by_text("Artifacts", exact=True).click()
+    page.get_by_text("mlflow-general-rl", exact=True).click()
+    link = page.get_by_role("link", name="MLflow run of stage general_rl")
+    href = link.get_attribute("href")
+    assert href.startswith(uis["mlflow"] + "/"), href
+    page.goto(href)
+    page.get_by_text("posttrain.stage").first.wait_for()
+    assert page.get_by_text("general_rl", exact=True).count() >= 1
+    page.screenshot(path=SHOTS / "mlflow_stage_run.png")
+    assert "workflowType=machine_learning" in href  # MLflow 3 would open its GenAI view
+    run_id = href.split("/runs/")[1].split("?")[0]
+    stage_run = mlflow.MlflowClient(tracking_uri()).get_run(run_id)
+    assert stage_run.data.tags["posttrain.stage"] == "general_rl"
+    assert stage_run.data.tags["mlflow.parentRunId"] != qwen3["mlflow_run_id"], "a run of this pipeline run"
+    # The pipeline's link opens MLflow's runs table on this run's stages, with posttrain's columns.
+    page.goto(f"{base}/runs/flow-run/{flow_run}")
+    page.get_by_text("Artifacts", exact=True).click()
+    page.get_by_text("mlflow-stages", exact=True).click()
+    page.goto(page.get_by_role("link", name="MLflow: the stages of this run side by side").get_attribute("href"))
+    for column in ("eval/accuracy", "posttrain.stage"):
+        page.get_by_text(column, exact=True).first.wait_for()
+    page.get_by_text("general_rl", exact=True).first.wait_for()  # the parent row is open on its stages
+    page.screenshot(path=SHOTS / "mlflow_stage_comparison.png")
+
+
+def test_a_run_failing_at_a_stage_reruns_from_the_form_with_the_finished_stage_cached(page, uis):
+    """`timeout_s: 1` on the second stage passes validation and fails at run time; the rerun from
+    the form without it takes the first stage from cache and trains the second."""
+    base = uis["prefect"]
+    shrink = "stages.polish.max_steps=3"  # a polish stage no other test has trained
+    failed = launch_from_form(page, base, "smoke", [shrink, "stages.polish.launcher.timeout_s=1"],
+                              "smoke_failing_form.png")
+    run = wait_for_flow_run(page, base, failed, "smoke_failed.png")
+    assert run["state_type"] == "FAILED", run["state"]
+    assert "timed out after 1 s" in run["state"]["message"]
+    states = task_states(base, failed)
+    assert states["polish (sft)"] == "Failed" and states["cold_start (sft)"] in {"Completed", "Cached"}
+
+    fixed = launch_from_form(page, base, "smoke", [shrink], "smoke_fixed_form.png")
+    run = wait_for_flow_run(page, base, fixed, "smoke_fixed.png")
+    assert run["state_type"] == "COMPLETED", run["state"]
+    assert task_states(base, fixed) == {"cold_start (sft)": "Cached", "polish (sft)": "Completed"}
+    page.get_by_text("Task Runs", exact=True).click()
+    page.get_by_text("Cached", exact=True).first.wait_for()
+    page.screenshot(path=SHOTS / "smoke_fixed_task_runs.png", full_page=True)
