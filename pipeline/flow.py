@@ -45,7 +45,7 @@ from pipeline.recipe import (
     load_recipe,
 )
 from stages.core.files import dir_fingerprint, write_json_atomic
-from stages.kinds.contracts import StageOutput, StagePlan, StageResult, WorkerSpec
+from stages.kinds.contracts import Lineage, StageOutput, StagePlan, StageResult, WorkerSpec
 from stages.kinds.registry import STAGE_KINDS
 
 RecipeName = Literal[tuple(list_recipes())]  # dropdowns in the Prefect UI
@@ -59,31 +59,40 @@ def _artifact_key(*parts: str) -> str:
 def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]) -> StagePlan:
     """Resolve a stage's inputs, decide whether it is evaluated, and compute its cache key. Builds
     named models if needed."""
-    inputs, fingerprints = {}, {}
+    inputs, fingerprints, lineage = {}, {}, {}
     refs = {r for _, r, _ in stage.refs()}
     for fname, ref in stage.model_inputs().items():
         if ref in refs:
             up = upstream[ref.split(".")[0]]
             inputs[fname] = str(Path(up.output_dir) / up.outputs["model"])
             fingerprints[fname] = up.fingerprints["model"]
+            lineage[fname] = Lineage(type="model", name=ref, source=inputs[fname], digest=fingerprints[fname],
+                                     upstream_run=up.mlflow_run_id)
         else:
             inputs[fname], fingerprints[fname] = resolve_model(ref), model_fingerprint(ref)
+            lineage[fname] = Lineage(type="model", name=ref, source=inputs[fname], digest=fingerprints[fname])
     for fname, spec in stage.data_inputs().items():
         if spec.stage_ref:
             upstream_name, output = spec.stage_ref.split(".", 1)
             up = upstream[upstream_name]
             inputs[fname] = {"path": str(Path(up.output_dir) / up.outputs[output]), "n": spec.n}
             fingerprints[fname] = up.fingerprints[output]
+            lineage[fname] = Lineage(type="dataset", name=spec.stage_ref, source=inputs[fname]["path"],
+                                     digest=fingerprints[fname], rows=spec.n, upstream_run=up.mlflow_run_id)
         else:
             inputs[fname] = spec.model_dump(mode="json")
             fingerprints[fname] = source_fingerprint(spec.source, spec.params)
+            lineage[fname] = Lineage(type="dataset", name=spec.source, source=_source_uri(spec),
+                                     digest=fingerprints[fname], rows=spec.n)
     fingerprints.update(stage.input_fingerprints())
     eval_spec = None
     if is_evaluated(resolved.recipe, stage):
         eval_spec = resolved.recipe.eval.model_dump(mode="json")
+        data = resolved.recipe.eval.data
         inputs["eval_data"] = eval_spec["data"]
-        fingerprints["eval_data"] = source_fingerprint(resolved.recipe.eval.data.source,
-                                                       resolved.recipe.eval.data.params)
+        fingerprints["eval_data"] = source_fingerprint(data.source, data.params)
+        lineage["eval_data"] = Lineage(type="dataset", name=data.source, source=_source_uri(data),
+                                       digest=fingerprints["eval_data"], rows=data.n, context="eval")
     config = stage.model_dump(mode="json")
     keyed = stage.model_dump(mode="json", exclude={"gate"})  # a gate judges the result; it does not change it
     key_material = {"kind": stage.kind, "config": keyed, "eval": eval_spec, "inputs": fingerprints,
@@ -95,8 +104,15 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
     ds = str(deepspeed_config_path(stage.launcher.deepspeed_config)) if stage.launcher.mode == "deepspeed" else None
     return StagePlan(name=stage.name, kind=stage.kind, recipe=resolved.recipe.name, config=config, inputs=inputs,
                      fingerprints=fingerprints, eval=eval_spec, cache_key=key, output_dir=str(out),
-                     deepspeed_config=ds, launcher=stage.launcher,
+                     deepspeed_config=ds, launcher=stage.launcher, lineage=lineage,
                      baseline=baseline_plan(stage, eval_spec, fingerprints, upstream))
+
+
+def _source_uri(spec) -> str:
+    """Where a named source's rows come from: the local file, or `posttrain:NAME?params`."""
+    if spec.source == "file":
+        return str(Path(spec.params["path"]).resolve())
+    return f"posttrain:{spec.source}?split={spec.split}&seed={spec.seed}&params={json.dumps(spec.params, sort_keys=True)}"
 
 
 @task(cache_key_fn=lambda ctx, params: params["cache_key"], persist_result=True, result_serializer="json")
@@ -121,7 +137,8 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
     partial.mkdir(parents=True, exist_ok=True)
     write_json_atomic(partial / "stage_config.json", plan.model_dump(
         mode="json", include={"name", "kind", "config", "inputs", "eval", "cache_key", "fingerprints"}))
-    child = tracking.start_stage_run(parent_run_id, plan.recipe, plan.name, plan.kind, plan.config, cache_key)
+    child = tracking.start_stage_run(parent_run_id, plan.recipe, plan.name, plan.kind, plan.config, cache_key,
+                                     lineage=plan.lineage)
     _link_mlflow_run(child, plan.name)
     progress_id = create_progress_artifact(0.0, key=_artifact_key("progress", plan.name))
     spec = WorkerSpec.from_plan(plan, str(partial), os.getpid(), child)
@@ -158,7 +175,7 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
 def _record_cached(parent_id: str, plan: StagePlan, result: StageResult) -> str:
     """A child run for a stage served from cache, so this pipeline run compares complete in MLflow."""
     child = tracking.start_stage_run(parent_id, plan.recipe, plan.name, plan.kind, plan.config,
-                                     plan.cache_key, cached_from=result.mlflow_run_id)
+                                     plan.cache_key, cached_from=result.mlflow_run_id, lineage=plan.lineage)
     tracking.log_metrics(child, result.metrics)
     tracking.end_run(child, ok=True)
     _link_mlflow_run(child, plan.name)

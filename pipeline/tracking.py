@@ -21,6 +21,7 @@ KIND_TAG = "posttrain.kind"  # "pipeline" or "stage"
 RECIPE_TAG = "posttrain.recipe"
 STAGE_TAG = "posttrain.stage"
 STAGE_KIND_TAG = "posttrain.stage_kind"
+UPSTREAM_TAG = "posttrain.upstream."
 CACHE_KEY_TAG = "posttrain.cache_key"
 CACHED_FROM_TAG = "posttrain.cached_from"
 OUTPUT_DIR_TAG = "posttrain.output_dir"
@@ -56,14 +57,14 @@ def client():
 # link, and a shared view (MLflow's "share view" state, kept as an experiment tag) whose columns
 # compare the nested stage runs at a glance.
 VIEW_KEY = "posttrain"
-VIEW_COLUMNS = [f"tags.`{STAGE_TAG}`", f"tags.`{STAGE_KIND_TAG}`", "metrics.`eval/accuracy`",
+VIEW_COLUMNS = [f"tags.`{STAGE_KIND_TAG}`", "metrics.`eval/accuracy`",
                 "metrics.`eval/format_rate`", "metrics.`eval/thinking_tokens_mean`", "metrics.`rm/pairwise_accuracy`"]
 VIEW_TAG = "mlflow.sharedViewState."
 
 
-def _view_state(expanded: str | None = None) -> str:
-    return json.dumps({"selectedColumns": VIEW_COLUMNS, "orderByKey": "attributes.start_time", "orderByAsc": False,
-                       "runsExpanded": {expanded: True} if expanded else {}})
+def _view_state(search: str = "", oldest_first: bool = False) -> str:
+    return json.dumps({"selectedColumns": VIEW_COLUMNS, "orderByKey": "attributes.start_time",
+                       "orderByAsc": oldest_first, "searchFilter": search})
 
 
 EXPERIMENT_TAGS = {EXPERIMENT_KIND_TAG: TRAINING_KIND, VIEW_TAG + VIEW_KEY: _view_state()}
@@ -118,7 +119,7 @@ def start_pipeline_run(recipe: str, profile: str | None, overrides: list[str], r
 
 
 def start_stage_run(parent_id: str, recipe: str, stage_name: str, kind: str, config: dict,
-                    cache_key: str, cached_from: str | None = None) -> str:
+                    cache_key: str, cached_from: str | None = None, lineage: dict | None = None) -> str:
     tags = {"mlflow.parentRunId": parent_id, KIND_TAG: "stage", STAGE_TAG: stage_name, STAGE_KIND_TAG: kind,
             CACHE_KEY_TAG: cache_key}
     if cached_from:
@@ -126,7 +127,31 @@ def start_stage_run(parent_id: str, recipe: str, stage_name: str, kind: str, con
     run = client().create_run(experiment_id(recipe), run_name=stage_name, tags=tags)
     # Prefixed so they never clash with the TrainingArguments params HF's callback logs.
     log_params(run.info.run_id, flatten(config, "stage."))
+    log_lineage(run.info.run_id, lineage or {})
     return run.info.run_id
+
+
+def log_lineage(run_id: str, lineage: dict) -> None:
+    """Datasets as the run's MLflow dataset inputs (name, source, digest, rows; context train or
+    eval); for every input an upstream stage produced, tag `posttrain.upstream.<input>` with that
+    stage's MLflow run, and models as `posttrain.input.<input>`: the chain back to the sources."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag, RunTag
+
+    datasets, tags = [], {}
+    for field, item in lineage.items():
+        if item.upstream_run:
+            tags[f"{UPSTREAM_TAG}{field}"] = item.upstream_run
+        if item.type == "model":
+            tags[f"posttrain.input.{field}"] = f"{item.name} ({item.digest[:12]})"
+            continue
+        dataset = Dataset(name=item.name, digest=item.digest[:32], source_type="local", source=json.dumps(
+            {"uri": item.source}), profile=json.dumps({"num_rows": item.rows}) if item.rows else None)
+        datasets.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", item.context),
+                                                    InputTag("posttrain.input", field)]))
+    if datasets:
+        client().log_inputs(run_id, datasets=datasets)
+    if tags:
+        client().log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
 
 def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
@@ -212,10 +237,12 @@ def experiment_url(experiment: str, view: str = VIEW_KEY) -> str:
 
 
 def stages_view_url(parent_id: str) -> str:
-    """The runs table with this pipeline run opened on its stage runs, side by side."""
+    """The runs table showing this pipeline run's stage runs, side by side. (A shared view cannot
+    expand a parent row, so it filters on the parent instead.)"""
     run = client().get_run(parent_id)
     view = f"run-{parent_id[:12]}"
-    client().set_experiment_tag(run.info.experiment_id, VIEW_TAG + view, _view_state(expanded=parent_id))
+    client().set_experiment_tag(run.info.experiment_id, VIEW_TAG + view,
+                                _view_state(f"tags.mlflow.parentRunId = '{parent_id}'", oldest_first=True))
     return experiment_url(run.info.experiment_id, view)
 
 

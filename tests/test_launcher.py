@@ -16,11 +16,12 @@ from tests.conftest import POSTTRAIN, REPO, cli_env, run_cli
 pytestmark = pytest.mark.slow
 
 
-def sft_spec(out: Path, model: str, ds_config: str | None = None, max_steps: int = 4) -> Path:
+def sft_spec(out: Path, model: str, ds_config: str | None = None, max_steps: int = 4, **fields) -> Path:
     from stages.kinds.sft import SFTConfig
 
-    cfg = SFTConfig(name="ds_check", model=model, data={"source": "synthetic_math", "n": 64},
-                    max_steps=max_steps, save_steps=2, per_device_batch_size=4, max_length=128, learning_rate=1e-3)
+    fields = {"save_steps": 2, "per_device_batch_size": 4, "max_length": 128, "learning_rate": 1e-3, **fields}
+    cfg = SFTConfig(name="ds_check", model=model, data={"source": "synthetic_math", "n": 64}, max_steps=max_steps,
+                    **fields)
     out.mkdir(parents=True)
     spec = {"kind": "sft", "stage": cfg.model_dump(mode="json"), "eval": None, "output_dir": str(out),
             "inputs": {"model": model, "data": cfg.data.model_dump()}, "deepspeed_config": ds_config}
@@ -135,3 +136,28 @@ def test_zero3_on_two_ranks_hands_on_one_consolidated_model(tmp_path, tiny_model
     reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "out" / "model"))
     assert torch.equal(reloaded.state_dict()["model.embed_tokens.weight"].float(),
                        saved["model.embed_tokens.weight"].float())
+
+
+@pytest.mark.parametrize("zero3", [True, False], ids=["zero3-2-ranks", "one-process"])
+def test_lora_adapters_are_merged_into_a_plain_model(tmp_path, tiny_model, zero3):
+    """LoRA adapters, also trained under ZeRO-3 (sharded base weights on each rank), are gathered,
+    merged into the input model and published as one plain model: no adapter files, no `lora_`
+    weights."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    ds = str(REPO / "infra/deepspeed/zero3.json") if zero3 else None
+    spec = sft_spec(tmp_path / "out", str(tiny_model), ds, max_steps=6, lora={"r": 8, "alpha": 16, "dropout": 0.0},
+                    learning_rate=5e-2)
+    launch = LaunchSpec(mode="deepspeed", ranks=2, deepspeed_config="zero3") if zero3 else LaunchSpec()
+    run_worker(spec, launch, tmp_path / "worker.log", env={})
+    model_dir = tmp_path / "out" / "model"
+    assert not (model_dir / "adapter_config.json").exists() and not (tmp_path / "out" / "adapter").exists()
+    saved = load_file(str(model_dir / "model.safetensors"))
+    before = AutoModelForCausalLM.from_pretrained(str(tiny_model)).state_dict()
+    assert not [k for k in saved if "lora_" in k or "base_layer" in k], "adapters were not merged"
+    assert {k: tuple(t.shape) for k, t in saved.items()} == {k: tuple(before[k].shape) for k in saved}
+    changed = [k for k in saved if not torch.equal(saved[k].float(), before[k].float())]
+    assert changed and all("proj" in k for k in changed), "the merge changed the adapted projections only"
+    AutoModelForCausalLM.from_pretrained(str(model_dir))  # loads as a plain model

@@ -110,3 +110,26 @@ def test_compare_and_list_show_the_named_recipes(r1, qwen3):
     assert r1["id"] in text and qwen3["id"] in text and "format_rate" in text and "change accuracy" in text
     listed = run_cli("list").stdout
     assert all(name in listed for name in ("r1", "kimi_k15", "qwen3"))
+
+
+def test_lineage_walks_from_the_student_back_through_every_stage_to_the_source_datasets(qwen3):
+    """Each stage run records its datasets as MLflow dataset inputs and the runs of the upstream
+    stages that produced its inputs; following them from the final model reaches the sources."""
+    client = mlflow.MlflowClient(tracking_uri())
+    seen, sources, todo = {}, set(), [_stages(qwen3)["distill_on"]["mlflow_run_id"]]
+    while todo:
+        run = client.get_run(todo.pop())
+        if run.info.run_id in seen:
+            continue
+        seen[run.info.run_id] = run.data.tags["posttrain.stage"]
+        for d in run.inputs.dataset_inputs:
+            assert d.dataset.digest and json.loads(d.dataset.source)["uri"]
+            if "." not in d.dataset.name:  # a source, not another stage's output
+                sources.add((d.dataset.name, {t.key: t.value for t in d.tags}["mlflow.data.context"]))
+        todo += [v for k, v in run.data.tags.items() if k.startswith("posttrain.upstream.")]
+    assert {"query_filter", "decontam", "response_filter", "cold_start", "reasoning_rl", "rs", "fusion_data",
+            "fusion", "general_rl", "distill_off", "distill_on"} <= set(seen.values())
+    assert {("synthetic_math", "train"), ("general_chat", "train"), ("ifeval_synthetic", "train"),
+            ("synthetic_math", "eval")} <= sources
+    cold_start = client.get_run(_stages(qwen3)["cold_start"]["mlflow_run_id"])
+    assert cold_start.data.tags["posttrain.input.model"].startswith("base")

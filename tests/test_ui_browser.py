@@ -6,6 +6,7 @@ Screenshots go to test-artifacts/browser/ (or $POSTTRAIN_TEST_ARTIFACTS/browser/
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -170,6 +171,8 @@ def task_states(base: str, flow_run_id: str) -> dict[str, str]:
 
 
 def test_qwen3_launched_from_the_deployment_form_completes_and_links_each_stage_to_mlflow(qwen3, page, uis):
+    from playwright.sync_api import Error as PlaywrightError
+
     base = uis["prefect"]
     flow_run = launch_from_form(page, base, "qwen3", [], "qwen3_form.png")
     run = wait_for_flow_run(page, base, flow_run, "qwen3_flow_run.png")
@@ -202,9 +205,13 @@ def test_qwen3_launched_from_the_deployment_form_completes_and_links_each_stage_
     page.get_by_text("Artifacts", exact=True).click()
     page.get_by_text("mlflow-stages", exact=True).click()
     page.goto(page.get_by_role("link", name="MLflow: the stages of this run side by side").get_attribute("href"))
-    for column in ("eval/accuracy", "posttrain.stage"):
+    for column in ("eval/accuracy", "eval/format_rate", "posttrain.stage_kind"):
         page.get_by_text(column, exact=True).first.wait_for()
-    page.get_by_text("general_rl", exact=True).first.wait_for()  # the parent row is open on its stages
+    page.get_by_text(f"{len(qwen3['stages']) + 1} matching runs").wait_for()  # the stages and their parent
+    page.locator('button[data-component-id$="runnamecellrenderer.tsx_46"]').first.click()  # open the parent row
+    page.get_by_text("general_rl", exact=True).first.wait_for()
+    with contextlib.suppress(PlaywrightError):  # MLflow's assistant panel covers part of the table
+        page.locator('[aria-label="Close"]').last.click(timeout=2000)
     page.screenshot(path=SHOTS / "mlflow_stage_comparison.png")
 
 

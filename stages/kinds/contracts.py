@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from stages.kinds.common import LaunchSpec
@@ -20,6 +22,18 @@ from stages.kinds.common import LaunchSpec
 
 class Contract(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Lineage(Contract):
+    """Where one input of a stage came from, as MLflow records it: datasets as run inputs, and the
+    MLflow run of the upstream stage that produced a model or dataset."""
+    type: Literal["model", "dataset"]
+    name: str = Field(description="the recipe's reference: a source name, a model name, or `stage.output`")
+    source: str = Field(description="a path, or `posttrain:SOURCE?...` for a built-in source")
+    digest: str = Field(description="the input's content fingerprint (its part of the cache key)")
+    rows: int | None = None
+    context: Literal["train", "eval"] = "train"
+    upstream_run: str | None = Field(None, description="the MLflow run of the stage that produced it")
 
 
 class StagePlan(Contract):
@@ -36,6 +50,7 @@ class StagePlan(Contract):
     baseline: dict | None = Field(None, description="{input, path}: evaluate this input model, once per model "
                                   "and eval spec (cached at `path`), for deltas and gates")
     deepspeed_config: str | None = None
+    lineage: dict[str, Lineage] = Field(default_factory=dict, description="per input, for MLflow")
 
 
 class WorkerSpec(Contract):

@@ -3,8 +3,10 @@ to resume, how to report progress, and how to save a model the next stage can lo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,17 +175,38 @@ def lora_config(cfg):
 def save_model(trainer, tokenizer, ctx: StageContext) -> Path:
     """Save full weights (LoRA adapters merged) and the tokenizer to <output>/model."""
     out = ctx.output_dir / "model"
-    model = trainer.model
-    if hasattr(model, "merge_and_unload"):  # downstream stages want a plain model, not adapters
-        trainer.accelerator.wait_for_everyone()
+    if hasattr(trainer.model, "merge_and_unload"):  # downstream stages want a plain model, not adapters
+        # Under ZeRO-3 each rank holds a shard of every weight, so the adapters cannot be merged in
+        # place: the trainer gathers and saves them (all ranks), then rank 0 merges them into a fresh
+        # copy of the input model.
+        adapter = ctx.output_dir / "adapter"
+        trainer.save_model(str(adapter))
         if ctx.is_main:
-            model = trainer.accelerator.unwrap_model(model).merge_and_unload()
-            model.save_pretrained(out)
+            from peft import AutoPeftModelForCausalLM
+
+            with _outside_zero3():
+                merged = AutoPeftModelForCausalLM.from_pretrained(str(adapter), torch_dtype="auto")
+            merged.merge_and_unload().save_pretrained(out)
+            shutil.rmtree(adapter)
     else:
         trainer.save_model(str(out))
     if ctx.is_main:
         tokenizer.save_pretrained(out)
     return out
+
+
+@contextlib.contextmanager
+def _outside_zero3():
+    """Load a model whole on this rank alone. Under ZeRO-3, transformers builds every model inside
+    zero.Init, whose collectives would wait forever for the other ranks."""
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    held = hf_deepspeed._hf_deepspeed_config_weak_ref  # no public getter; restored below
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = held
 
 
 def train_metrics(trainer, resumed_from: str | None) -> dict:
