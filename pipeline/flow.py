@@ -78,12 +78,13 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
             inputs[fname] = {"path": str(Path(up.output_dir) / up.outputs[output]), "n": spec.n}
             fingerprints[fname] = up.fingerprints[output]
             lineage[fname] = Lineage(type="dataset", name=spec.stage_ref, source=inputs[fname]["path"],
-                                     digest=fingerprints[fname], rows=spec.n, upstream_run=up.mlflow_run_id)
+                                     digest=_rows_digest(fingerprints[fname], spec), rows=spec.n,
+                                     upstream_run=up.mlflow_run_id)
         else:
             inputs[fname] = spec.model_dump(mode="json")
             fingerprints[fname] = source_fingerprint(spec.source, spec.params)
             lineage[fname] = Lineage(type="dataset", name=spec.source, source=_source_uri(spec),
-                                     digest=fingerprints[fname], rows=spec.n)
+                                     digest=_rows_digest(fingerprints[fname], spec), rows=spec.n)
     fingerprints.update(stage.input_fingerprints())
     eval_spec = None
     if is_evaluated(resolved.recipe, stage):
@@ -92,7 +93,7 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
         inputs["eval_data"] = eval_spec["data"]
         fingerprints["eval_data"] = source_fingerprint(data.source, data.params)
         lineage["eval_data"] = Lineage(type="dataset", name=data.source, source=_source_uri(data),
-                                       digest=fingerprints["eval_data"], rows=data.n, context="eval")
+                                       digest=_rows_digest(fingerprints["eval_data"], data), rows=data.n, context="eval")
     config = stage.model_dump(mode="json")
     keyed = stage.model_dump(mode="json", exclude={"gate"})  # a gate judges the result; it does not change it
     key_material = {"kind": stage.kind, "config": keyed, "eval": eval_spec, "inputs": fingerprints,
@@ -106,6 +107,12 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
                      fingerprints=fingerprints, eval=eval_spec, cache_key=key, output_dir=str(out),
                      deepspeed_config=ds, launcher=stage.launcher, lineage=lineage,
                      baseline=baseline_plan(stage, eval_spec, fingerprints, upstream))
+
+
+def _rows_digest(fingerprint: str, spec) -> str:
+    """The digest MLflow knows a dataset by: the source's content and code, and which rows were taken
+    (MLflow keeps one dataset per name and digest, so two selections from a source need two)."""
+    return hashlib.sha256(json.dumps([fingerprint, spec.model_dump(mode="json")], sort_keys=True).encode()).hexdigest()
 
 
 def _source_uri(spec) -> str:

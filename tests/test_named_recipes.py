@@ -124,8 +124,11 @@ def test_lineage_walks_from_the_student_back_through_every_stage_to_the_source_d
         seen[run.info.run_id] = run.data.tags["posttrain.stage"]
         for d in run.inputs.dataset_inputs:
             assert d.dataset.digest and json.loads(d.dataset.source)["uri"]
+            context = {t.key: t.value for t in d.tags}["mlflow.data.context"]
+            if context == "eval":  # each selection of rows is its own dataset, not the first one logged
+                assert "split=eval" in json.loads(d.dataset.source)["uri"]
             if "." not in d.dataset.name:  # a source, not another stage's output
-                sources.add((d.dataset.name, {t.key: t.value for t in d.tags}["mlflow.data.context"]))
+                sources.add((d.dataset.name, context))
         todo += [v for k, v in run.data.tags.items() if k.startswith("posttrain.upstream.")]
     assert {"query_filter", "decontam", "response_filter", "cold_start", "reasoning_rl", "rs", "fusion_data",
             "fusion", "general_rl", "distill_off", "distill_on"} <= set(seen.values())
