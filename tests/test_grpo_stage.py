@@ -255,3 +255,16 @@ def test_vllm_importance_ratios_are_merged_by_dynamic_sampling():
 def test_kimi_with_vllm_rollouts_is_refused():
     with pytest.raises(RecipeError, match=r"stages\[0\]\.loss: kimi_mirror_descent does not apply"):
         load_recipe("r1_zero", "tiny", ["stages.zero_rl.loss=kimi_mirror_descent", "stages.zero_rl.rollout=vllm_server"])
+
+
+def test_curves_skip_steps_where_a_reward_judged_no_row():
+    """A verifier-scoped accuracy is None on a batch of chat prompts; the curves skip those steps
+    (this failed a qwen3 demo run's general_rl stage after training)."""
+    from stages.kinds.rl_curves import curve_metrics, series
+
+    history = [{"step": 1, "accuracy": 0.5, "reward": 1.0}, {"step": 2, "accuracy": None, "reward": 2.0},
+               {"step": 3, "accuracy": 1.0, "reward": 3.0}, {"train_runtime": 9.0}]
+    assert series(history, "accuracy") == ([1, 3], [0.5, 1.0])
+    m = curve_metrics(history)
+    assert m["train/accuracy_first_fifth"] == 0.5 and m["train/accuracy_last_fifth"] == 1.0
+    assert m["train/reward_last_fifth"] == 3.0

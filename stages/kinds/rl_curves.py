@@ -11,7 +11,9 @@ CURVES = {"reward": "reward", "accuracy": "accuracy", "length": "completions/mea
 
 
 def series(log_history: list[dict], key: str) -> tuple[list[int], list[float]]:
-    points = [(h["step"], float(h[key])) for h in log_history if key in h and "step" in h]
+    """(steps, values) of one logged key. Steps where it is None are left out: TRL logs None for a
+    reward that judged no row of the batch (a verifier-scoped accuracy on a batch of chat prompts)."""
+    points = [(h["step"], float(h[key])) for h in log_history if h.get(key) is not None and "step" in h]
     return [s for s, _ in points], [v for _, v in points]
 
 
