@@ -83,7 +83,8 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
         else:
             inputs[fname] = spec.model_dump(mode="json")
             fingerprints[fname] = source_fingerprint(spec.source, spec.params)
-            lineage[fname] = Lineage(type="dataset", name=spec.source, source=_source_uri(spec),
+            name = spec.params["path"] if spec.source == "file" else spec.source
+            lineage[fname] = Lineage(type="dataset", name=name, source=_source_uri(spec),
                                      digest=_rows_digest(fingerprints[fname], spec), rows=spec.n)
     fingerprints.update(stage.input_fingerprints())
     eval_spec = None
