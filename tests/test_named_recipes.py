@@ -135,4 +135,4 @@ def test_lineage_walks_from_the_student_back_through_every_stage_to_the_source_d
     assert {("synthetic_math", "train"), ("general_chat", "train"), ("ifeval_synthetic", "train"),
             ("synthetic_math", "eval")} <= sources
     cold_start = client.get_run(_stages(qwen3)["cold_start"]["mlflow_run_id"])
-    assert cold_start.data.tags["posttrain.input.model"].startswith("base")
+    assert cold_start.data.tags["posttrain.input.model"].startswith("tiny-qwen3 (")  # `base` on the tiny profile
