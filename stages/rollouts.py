@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from stages.core.loading import whole_model
 from stages.core.thinking import EMPTY_THINK, STOP_THINKING
 
 
@@ -71,7 +72,8 @@ def load_for_generation(model_dir: str, trust_remote_code: bool = False):
     tokenizer = load_tokenizer(model_dir, trust_remote_code)
     tokenizer.padding_side = "left"  # generation appends on the right
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=trust_remote_code)
+    with whole_model():  # generation runs on one rank
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=trust_remote_code)
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     return model, tokenizer
 
@@ -150,7 +152,8 @@ def _sample(model, tokenizer, batch, spec: SamplingSpec, max_new_tokens: int, st
             kwargs.update(stop_strings=["</think>"], tokenizer=tokenizer)
     batch = {k: v.to(model.device) for k, v in batch.items()}
     with torch.no_grad():
-        ids = model.generate(**batch, **kwargs)
+        # synced_gpus off: the model is whole on this rank (load_for_generation), even in a ZeRO-3 run.
+        ids = model.generate(**batch, **kwargs, synced_gpus=False)
     ends = _end_ids(tokenizer)
     out = []
     for row in ids[:, batch["input_ids"].shape[1]:].tolist():

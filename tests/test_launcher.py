@@ -16,7 +16,9 @@ from tests.conftest import POSTTRAIN, REPO, cli_env, run_cli
 pytestmark = pytest.mark.slow
 
 
-def sft_spec(out: Path, model: str, ds_config: str | None = None, max_steps: int = 4, **fields) -> Path:
+def sft_spec(out: Path, model: str, ds_config: str | None = None, max_steps: int = 4, eval_rows: int = 0,
+             **fields) -> Path:
+    from stages.kinds.evaluate import EvalSpec
     from stages.kinds.sft import SFTConfig
 
     fields = {"save_steps": 2, "per_device_batch_size": 4, "max_length": 128, "learning_rate": 1e-3, **fields}
@@ -25,6 +27,9 @@ def sft_spec(out: Path, model: str, ds_config: str | None = None, max_steps: int
     out.mkdir(parents=True)
     spec = {"kind": "sft", "stage": cfg.model_dump(mode="json"), "eval": None, "output_dir": str(out),
             "inputs": {"model": model, "data": cfg.data.model_dump()}, "deepspeed_config": ds_config}
+    if eval_rows:  # rank 0 evaluates the consolidated model
+        ev = EvalSpec(data={"source": "synthetic_math", "split": "eval", "n": eval_rows}, max_new_tokens=8)
+        spec.update(eval=ev.model_dump(mode="json"), inputs={**spec["inputs"], "eval_data": ev.data.model_dump()})
     (out / "stage_config.json").write_text("{}")
     path = out / "spec.json"
     path.write_text(json.dumps(spec))
@@ -121,13 +126,16 @@ def test_killed_stage_resumes_from_its_checkpoint_and_earlier_stages_are_cached(
 
 def test_zero3_on_two_ranks_hands_on_one_consolidated_model(tmp_path, tiny_model):
     """Under ZeRO-3 each rank holds a shard of every weight; the stage must still publish one plain
-    Hugging Face safetensors model with full-size tensors that the next stage can load."""
+    Hugging Face safetensors model with full-size tensors that the next stage can load, and
+    evaluate it on rank 0."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    spec = sft_spec(tmp_path / "out", str(tiny_model), str(REPO / "infra/deepspeed/zero3.json"))
+    spec = sft_spec(tmp_path / "out", str(tiny_model), str(REPO / "infra/deepspeed/zero3.json"), eval_rows=4)
     run_worker(spec, LaunchSpec(mode="deepspeed", ranks=2, deepspeed_config="zero3"), tmp_path / "worker.log", env={})
+    # Rank 0 loads and generates with the whole model: no zero.Init, no synced generation with rank 1.
+    assert "eval/accuracy" in json.loads((tmp_path / "out" / "result.json").read_text())["metrics"]
     saved = load_file(str(tmp_path / "out" / "model" / "model.safetensors"))
     before = AutoModelForCausalLM.from_pretrained(str(tiny_model)).state_dict()
     assert not [k for k, t in saved.items() if t.numel() == 0], "partitioned (empty) tensors were saved"

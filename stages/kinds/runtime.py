@@ -3,7 +3,6 @@ to resume, how to report progress, and how to save a model the next stage can lo
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -15,6 +14,7 @@ from data_curation.preferences import load_pairs
 from data_curation.schema import check_row
 from data_curation.sources import load_rows
 from stages.core.files import write_json_atomic
+from stages.core.loading import whole_model
 from stages.kinds.contracts import WorkerSpec
 
 
@@ -184,7 +184,7 @@ def save_model(trainer, tokenizer, ctx: StageContext) -> Path:
         if ctx.is_main:
             from peft import AutoPeftModelForCausalLM
 
-            with _outside_zero3():
+            with whole_model():
                 merged = AutoPeftModelForCausalLM.from_pretrained(str(adapter), torch_dtype="auto")
             merged.merge_and_unload().save_pretrained(out)
             shutil.rmtree(adapter)
@@ -193,20 +193,6 @@ def save_model(trainer, tokenizer, ctx: StageContext) -> Path:
     if ctx.is_main:
         tokenizer.save_pretrained(out)
     return out
-
-
-@contextlib.contextmanager
-def _outside_zero3():
-    """Load a model whole on this rank alone. Under ZeRO-3, transformers builds every model inside
-    zero.Init, whose collectives would wait forever for the other ranks."""
-    from transformers.integrations import deepspeed as hf_deepspeed
-
-    held = hf_deepspeed._hf_deepspeed_config_weak_ref  # no public getter; restored below
-    hf_deepspeed.unset_hf_deepspeed_config()
-    try:
-        yield
-    finally:
-        hf_deepspeed._hf_deepspeed_config_weak_ref = held
 
 
 def train_metrics(trainer, resumed_from: str | None) -> dict:

@@ -9,6 +9,7 @@ whose thinking never closed has no answer, and scores None under `answer` scope.
 
 from __future__ import annotations
 
+from stages.core.loading import whole_model
 from stages.core.thinking import response_only
 
 
@@ -20,8 +21,9 @@ def load_reward_model(model_dir: str, device: str | None = None, trust_remote_co
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "right"
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1, dtype=torch.float32,
-                                                               trust_remote_code=trust_remote_code)
+    with whole_model():  # each rank scores with its own whole copy
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1, dtype=torch.float32,
+                                                                   trust_remote_code=trust_remote_code)
     model.config.pad_token_id = tokenizer.pad_token_id
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval(), tokenizer
