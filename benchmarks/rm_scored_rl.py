@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 SCORE = "rewards/reward_model_full/mean"
 
 
@@ -25,12 +26,14 @@ def main() -> int:
                    check=True, capture_output=True)
     import mlflow
 
+    from stages.kinds.rl_curves import fifths
+
     client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
     exp = client.get_experiment_by_name("posttrain/rm_scored_rl")
     rm, rl = (client.search_runs(exp.experiment_id, f"tags.`posttrain.stage` = '{s}'")[0] for s in ("rm", "rl"))
     score = [m.value for m in sorted(client.get_metric_history(rl.info.run_id, SCORE), key=lambda m: m.step)]
-    k, tenth = max(1, len(score) // 5), max(1, len(score) // 10)
-    first, last = sum(score[:k]) / k, sum(score[-k:]) / k
+    first, last = fifths(score)
+    tenth = max(1, len(score) // 10)
     curve = [sum(score[i:i + tenth]) / len(score[i:i + tenth]) for i in range(0, len(score), tenth)]
     m = rl.data.metrics
     print(f"reward model: held-out pairwise accuracy {rm.data.metrics['rm/pairwise_accuracy']:.2f}")

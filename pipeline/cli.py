@@ -103,8 +103,9 @@ def cmd_serve(args) -> int:
     from pipeline.flow import run_recipe
     from pipeline.recipe import list_recipes
 
-    deployments = [run_recipe.to_deployment(name=name, parameters={"recipe": name, "profile": args.profile, "overrides": []},
-                                            description=f"posttrain recipe {name}") for name in list_recipes()]
+    deployments = [run_recipe.to_deployment(name=name, description=f"posttrain recipe {name}",
+                                            parameters={"recipe": name, "profile": args.profile, "overrides": []})
+                   for name in list_recipes()]
     print(f"serving {len(deployments)} deployments: {', '.join(list_recipes())}; launch them from the Prefect UI")
     serve(*deployments)
     return 0

@@ -56,7 +56,7 @@ def write_server_record(api_url: str, pid: int, mlflow_ui: str) -> None:
     write_json_atomic(server_record(), {"api_url": api_url, "pid": pid, "mlflow_ui": mlflow_ui})
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -67,7 +67,7 @@ def start_temporary_server() -> tuple[str, subprocess.Popen]:
     `wait_until_up` before using it. Prefect is not imported here: its settings are read once, at
     import, and must see PREFECT_API_URL."""
     prefect_dir = Path(importlib.util.find_spec("prefect").origin).parent
-    port = _free_port()
+    port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     log = open(home() / "prefect" / "temporary-server.log", "ab")
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}

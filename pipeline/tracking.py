@@ -6,6 +6,7 @@ metrics through `step_logger` (a TrainerCallback) and logs the stage's output th
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -226,9 +227,13 @@ def ui_url() -> str:
         return "http://127.0.0.1:5000"
 
 
+@functools.lru_cache(maxsize=1024)
+def _experiment_of(run_id: str) -> str:  # a run never changes experiment: one lookup per run
+    return client().get_run(run_id).info.experiment_id
+
+
 def run_url(run_id: str) -> str:
-    run = client().get_run(run_id)
-    return f"{ui_url()}/#/experiments/{run.info.experiment_id}/runs/{run_id}?workflowType=machine_learning"
+    return f"{ui_url()}/#/experiments/{_experiment_of(run_id)}/runs/{run_id}?workflowType=machine_learning"
 
 
 def experiment_url(experiment: str, view: str = VIEW_KEY) -> str:
@@ -239,11 +244,10 @@ def experiment_url(experiment: str, view: str = VIEW_KEY) -> str:
 def stages_view_url(parent_id: str) -> str:
     """The runs table showing this pipeline run's stage runs, side by side. (A shared view cannot
     expand a parent row, so it filters on the parent instead.)"""
-    run = client().get_run(parent_id)
-    view = f"run-{parent_id[:12]}"
-    client().set_experiment_tag(run.info.experiment_id, VIEW_TAG + view,
+    experiment, view = _experiment_of(parent_id), f"run-{parent_id[:12]}"
+    client().set_experiment_tag(experiment, VIEW_TAG + view,
                                 _view_state(f"tags.mlflow.parentRunId = '{parent_id}'", oldest_first=True))
-    return experiment_url(run.info.experiment_id, view)
+    return experiment_url(experiment, view)
 
 
 PANELS = ("eval/accuracy", "eval/format_rate", "eval/thinking_tokens_mean", "eval/mode/think/accuracy",

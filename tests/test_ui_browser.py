@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import mlflow
 import pytest
 
 from pipeline.home import tracking_uri
+from pipeline.prefect_api import free_port, healthy
 from tests.conftest import POSTTRAIN, REPO, cli_env
 
 pytestmark = pytest.mark.slow
@@ -28,25 +28,12 @@ SHOTS = Path(os.environ.get("POSTTRAIN_TEST_ARTIFACTS", REPO / "test-artifacts")
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait(what: str, ok, timeout_s: float, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + timeout_s
     while not ok():
         assert proc.poll() is None, f"{what} exited; log:\n{log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, f"{what} not ready after {timeout_s} s; log:\n{log.read_text()[-3000:]}"
         time.sleep(1)
-
-
-def _up(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -69,7 +56,7 @@ def uis(home, tiny_model, tmp_path_factory):
     logs = tmp_path_factory.mktemp("ui-logs")
     env = cli_env(home)
     env.pop("PREFECT_API_URL", None)  # the session's test harness; the UI brings its own server
-    prefect_port, mlflow_port = _free_port(), _free_port()
+    prefect_port, mlflow_port = free_port(), free_port()
     prefect, mlflow_ui = f"http://127.0.0.1:{prefect_port}", f"http://127.0.0.1:{mlflow_port}"
     procs = []
     try:
@@ -77,8 +64,8 @@ def uis(home, tiny_model, tmp_path_factory):
         procs.append(subprocess.Popen([POSTTRAIN, "ui", "--prefect-port", str(prefect_port), "--mlflow-port",
                                        str(mlflow_port)], cwd=REPO, env=env, stdout=ui_log.open("wb"),
                                       stderr=subprocess.STDOUT, start_new_session=True))
-        _wait("posttrain ui (Prefect)", lambda: _up(f"{prefect}/api/health"), 180, procs[0], ui_log)
-        _wait("posttrain ui (MLflow)", lambda: _up(f"{mlflow_ui}/health"), 180, procs[0], ui_log)
+        _wait("posttrain ui (Prefect)", lambda: healthy(f"{prefect}/api"), 180, procs[0], ui_log)
+        _wait("posttrain ui (MLflow)", lambda: healthy(mlflow_ui), 180, procs[0], ui_log)
         serve_log = logs / "serve.log"
         procs.append(subprocess.Popen([POSTTRAIN, "serve", "--profile", "tiny"], cwd=REPO, env=env,
                                       stdout=serve_log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True))
