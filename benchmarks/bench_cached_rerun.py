@@ -65,7 +65,7 @@ def main() -> int:
         time.sleep(20)  # let the UI's servers finish starting (MLflow's uvicorn workers) before timing
         rows["cached rerun, posttrain ui running"] = [timed(["run", *recipe], env) for _ in range(a.repeats)]
     finally:
-        os.killpg(ui.pid, signal.SIGINT)
+        os.killpg(ui.pid, signal.SIGTERM)
         ui.wait(timeout=60)
     floor = statistics.median(rows["posttrain validate (floor)"])
     print(f"first (training) run: {first:.1f} s; medians of {a.repeats} runs each:")

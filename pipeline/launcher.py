@@ -19,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.processes import die_with_parent
-from pipeline.worker import run_spec
 from stages.kinds.common import LaunchSpec
 from stages.kinds.contracts import WorkerSpec
 
@@ -71,6 +70,8 @@ def run_worker(spec_path: Path, launch: LaunchSpec, log_path: Path, env: dict[st
     spec = WorkerSpec.model_validate_json(spec_path.read_text())
     out_dir = Path(spec.output_dir)
     if launch.mode == "inprocess":
+        from pipeline.worker import run_spec  # imports torch: only the in-process mode pays for it
+
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:

@@ -31,6 +31,7 @@ def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: in
                           "--host", host, "--port", str(mlflow_port)], **group),
     ]
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (`cmd &`)
     print(f"Prefect UI: http://{host}:{prefect_port}   (runs from `posttrain serve` appear here)\n"
           f"MLflow UI:  http://{host}:{mlflow_port}   (experiments posttrain/<recipe>; parent run = pipeline)\n"
           f"state in {os.environ.get('POSTTRAIN_HOME', '.posttrain')}; Ctrl-C stops both")

@@ -26,7 +26,8 @@ def _source_file(module: str, root: Path) -> Path | None:
     return None
 
 
-def _imports(path: Path, module: str) -> set[str]:
+@cache
+def _imports(path: Path, module: str) -> frozenset[str]:
     """Every module named by an import statement in `path`, anywhere in the file; `from a import b`
     counts as both `a` and `a.b` (b may be a submodule)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -39,7 +40,7 @@ def _imports(path: Path, module: str) -> set[str]:
                 else node.module
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
+    return frozenset(found)
 
 
 def module_closure(roots: tuple[str, ...], root: Path) -> list[Path]:

@@ -19,10 +19,13 @@ held-out prompts before and after (`distill/kl_before`, `distill/kl_after`).
 
 from __future__ import annotations
 
+import json
+import time
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from stages.core.files import write_json_atomic
 from stages.core.thinking import flag_messages
 from stages.kinds.common import DataSpec, StageBase, TrainingKnobs
 from stages.kinds.contracts import StageOutput
@@ -39,6 +42,8 @@ from stages.kinds.runtime import (
 from stages.kinds.sft import train_on_rows
 from stages.rewards.verifiers import score_rows
 from stages.rollouts import SamplingSpec, load_tokenizer, rollout_completions
+
+TRACES_FILE = "teacher_traces.json"
 
 
 class DistillConfig(StageBase, TrainingKnobs):
@@ -91,6 +96,21 @@ def teacher_traces(cfg: DistillConfig, teacher_dir: str, rows: list[dict]) -> tu
     kept = [{**row, "prompt": prompt, "solution": c.text} for (row, prompt, c), s in zip(flat, scores)
             if c.finished and (not cfg.verify or s is None or s >= 1.0)]
     return kept, {"distill/teacher_traces": float(len(flat)), "distill/traces_kept": float(len(kept))}
+
+
+def stage_traces(cfg: DistillConfig, ctx, teacher_dir: str, rows: list[dict]) -> tuple[list[dict], dict]:
+    """The teacher's traces, made once per stage output: rank 0 samples them and writes
+    `teacher_traces.json` beside the checkpoints; other ranks, and a run resumed after a kill, read
+    that file. Sampling again would train each rank, or the resumed half of a run, on different
+    traces than the checkpoint's optimizer state saw."""
+    path = ctx.output_dir / TRACES_FILE
+    if ctx.is_main and not path.exists():
+        kept, counts = teacher_traces(cfg, teacher_dir, rows)
+        write_json_atomic(path, {"traces": kept, "counts": counts})
+    while not path.exists():  # other ranks; the DeepSpeed launcher stops them if rank 0 fails
+        time.sleep(1)
+    saved = json.loads(path.read_text())
+    return saved["traces"], saved["counts"]
 
 
 def on_policy(cfg: DistillConfig, ctx, student_dir: str, teacher_dir: str, rows: list[dict]) -> dict:
@@ -158,7 +178,7 @@ def run(cfg: DistillConfig, ctx) -> StageOutput:
         probe = probe_sequences(teacher_dir, prompts, cfg.teacher_max_new_tokens)
     kl_before = kl_to_teacher(student_dir, teacher_dir, probe) if probe else None
     if cfg.mode == "off_policy":
-        traces, counts = teacher_traces(cfg, teacher_dir, rows)
+        traces, counts = stage_traces(cfg, ctx, teacher_dir, rows)
         if not traces:
             raise RuntimeError(f"{cfg.name}: the teacher produced no usable traces from {len(rows)} prompts "
                                f"({counts}); try verify: false or more samples")

@@ -6,6 +6,7 @@ looks for \\boxed{}), before any compute is spent."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 from stages.core.templates import reference_completion
@@ -28,13 +29,23 @@ def unearnable(specs, template: str, stage_max_length: int | None = None) -> lis
     template-shaped completion does not max out."""
     errors = []
     for j, spec in enumerate(specs):
-        reward = get_reward(spec.name, stage_max_length, **spec.params)
-        if not reward.accuracy:
+        found = probe_score(spec.name, json.dumps(spec.params, sort_keys=True), template, stage_max_length)
+        if found is None:
             continue
-        completion, gold = probe(spec.name, template)
-        value = reward(prompts=["probe"], completions=[completion], answer=[gold], language=["en"])[0]
-        if value is None or value < reward.max_value:
+        value, max_value, completion = found
+        if value is None or value < max_value:
             errors.append(((j, "params"), f"reward {spec.name} {spec.params or ''} cannot be earned with template "
-                           f"{template!r}: a correct answer in that format scores {value}, not {reward.max_value} "
+                           f"{template!r}: a correct answer in that format scores {value}, not {max_value} "
                            f"(answer checked: {completion!r})"))
     return errors
+
+
+@functools.cache  # a run validates its recipe twice (the CLI, then the flow); score each probe once
+def probe_score(name: str, params: str, template: str, stage_max_length: int | None):
+    """(score, maximum, completion) of the probe for an accuracy-type reward; None for others."""
+    reward = get_reward(name, stage_max_length, **json.loads(params))
+    if not reward.accuracy:
+        return None
+    completion, gold = probe(name, template)
+    return reward(prompts=["probe"], completions=[completion], answer=[gold], language=["en"])[0], \
+        reward.max_value, completion

@@ -18,10 +18,9 @@ thinking scores 0), `bare_answer` the whole short reply when it has no `\\boxed{
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
-
-from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 from stages.core.text import answer_region, extract_answer
 from stages.rewards.base import Reward, completion_text
@@ -34,9 +33,17 @@ MATH_WORDS = frozenset(
     "max min gcd lcm mod det deg circ cm mm km kg mg ml hr hrs mph units dollars cents degrees meters inches "
     "feet".split())
 BARE_ANSWER_MAX_CHARS = 40
-# We enforce our own limits; silence its "timeout is disabled" notice on every call.
-logging.getLogger("math_verify").setLevel(logging.ERROR)
-ANY_FORM = [LatexExtractionConfig(), ExprExtractionConfig()]
+
+
+@functools.cache
+def math_verify():
+    """(parse, verify, extraction configs), imported on first use: math-verify pulls in sympy and
+    latex2sympy (a quarter second), which validating a recipe or rerunning a cached one never needs."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    # We enforce our own limits; silence its "timeout is disabled" notice on every call.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    return parse, verify, [LatexExtractionConfig(), ExprExtractionConfig()]
 
 
 def is_prose(gold: str) -> bool:
@@ -52,7 +59,8 @@ def parse_gold(gold: str):
     if is_prose(gold):
         return None
     text = gold if ("\\boxed" in gold or "$" in gold) else f"${gold}$"
-    parsed = parse(text, extraction_config=ANY_FORM, parsing_timeout=None)
+    parse, _, any_form = math_verify()
+    parsed = parse(text, extraction_config=any_form, parsing_timeout=None)
     return parsed if any(not isinstance(p, str) for p in parsed) else None
 
 
@@ -73,7 +81,8 @@ def score_math(gold: str | None, completion: str, answer_is_fallback: bool = Tru
         answer = bare if 0 < len(bare) <= BARE_ANSWER_MAX_CHARS and "\n" not in bare else None
     if answer is None:
         return 0.0
-    pred = parse(f"${answer}$", extraction_config=ANY_FORM, parsing_timeout=None)
+    parse, verify, any_form = math_verify()
+    pred = parse(f"${answer}$", extraction_config=any_form, parsing_timeout=None)
     if not pred:
         return 0.0
     return 1.0 if verify(gold_parsed, pred, timeout_seconds=None) else 0.0

@@ -1,0 +1,101 @@
+"""Each RLHF and distillation kind resumes from its last checkpoint after its worker is SIGKILLed
+(the SFT and GRPO kinds have their own resume tests in test_launcher and test_grpo_stage). The
+worker runs as the flow runs it (`run_worker`, its own process group); the kill takes the group."""
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from pipeline.launcher import StageFailed, run_worker
+from stages.kinds.common import LaunchSpec
+from tests.test_launcher import _alive
+
+pytestmark = pytest.mark.slow
+
+MAX_STEPS = 40
+DATA = {"source": "synthetic_math", "n": 48, "params": {"difficulties": [1]}}
+TRAINING = {"max_steps": MAX_STEPS, "save_steps": 2, "per_device_batch_size": 4, "max_length": 160,
+            "learning_rate": 1e-3}
+
+
+def _stage(kind: str, tiny: str, student: str, pairs: str) -> tuple[str, object, dict]:
+    if kind == "reward_model":
+        from stages.kinds.reward_model import RewardModelConfig
+
+        cfg = RewardModelConfig(name="rm", model=tiny, pairs={"path": pairs}, **TRAINING)
+        return "reward_model", cfg, {"model": tiny, "pairs": {"path": pairs}}
+    if kind == "dpo":
+        from stages.kinds.dpo import DPOConfig
+
+        cfg = DPOConfig(name="dpo", model=tiny, pairs={"path": pairs}, length_probe=0, **TRAINING)
+        return "dpo", cfg, {"model": tiny, "pairs": {"path": pairs}}
+    from stages.kinds.distill import DistillConfig
+
+    mode = kind.removeprefix("distill_")
+    extra = {"teacher_temperature": 0.8, "teacher_max_new_tokens": 24, "verify": False} if mode == "off_policy" \
+        else {"max_new_tokens": 12}
+    cfg = DistillConfig(name=kind, mode=mode, student=student, teacher=tiny, data=DATA, probe_prompts=0,
+                        **extra, **TRAINING)
+    return "distill", cfg, {"student": student, "teacher": tiny, "data": DATA}
+
+
+@pytest.fixture(scope="module")
+def pairs_file(tmp_path_factory) -> str:
+    from data_curation.sources import load_rows
+    from stages.kinds.preference_pairs import padded_pairs
+
+    path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
+    rows = load_rows("synthetic_math", "train", 96, 0, {"difficulties": [1]})
+    path.write_text("".join(json.dumps(p) + "\n" for p in padded_pairs(rows, padding=1)))
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["reward_model", "dpo", "distill_off_policy", "distill_on_policy"])
+def test_a_killed_stage_resumes_from_its_last_checkpoint(kind, tmp_path, tiny_model, pairs_file):
+    from pipeline.models import ensure_named_model
+
+    name, cfg, inputs = _stage(kind, str(tiny_model), str(ensure_named_model("tiny-qwen3-student")), pairs_file)
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = out / "spec.json"
+    spec.write_text(json.dumps({"kind": name, "stage": cfg.model_dump(mode="json"), "eval": None,
+                                "output_dir": str(out), "inputs": inputs}))
+    failures: list[BaseException] = []
+
+    def first_run():
+        try:
+            run_worker(spec, LaunchSpec(), tmp_path / "first.log", env={})
+        except StageFailed as e:
+            failures.append(e)
+
+    runner = threading.Thread(target=first_run)
+    runner.start()
+    complete = "checkpoints/checkpoint-*/trainer_state.json"
+    deadline = time.time() + 300
+    while not list(out.glob(complete)):  # polled often: a tiny model's steps take a fraction of a second
+        assert time.time() < deadline and runner.is_alive(), f"{kind} made no complete checkpoint"
+        time.sleep(0.02)
+    traces = out / "teacher_traces.json"
+    traces_before = traces.read_text() if traces.exists() else None
+    worker = int((out / "worker.pid").read_text())
+    os.killpg(worker, signal.SIGKILL)  # the worker's whole process group, as an OOM kill would
+    runner.join(timeout=60)
+    assert failures and not _alive(worker), "the worker finished before the kill: raise MAX_STEPS"
+    assert not (out / "result.json").exists()
+    saved = max(int(p.parent.name.split("-")[1]) for p in out.glob(complete))
+    assert saved < MAX_STEPS
+
+    run_worker(spec, LaunchSpec(), tmp_path / "rerun.log", env={})
+    metrics = json.loads((out / "result.json").read_text())["metrics"]
+    assert metrics["train/resumed_from_step"] == saved
+    assert metrics["train/global_step"] == MAX_STEPS
+    assert (out / "model" / "model.safetensors").exists()
+    assert f"resuming from {out / 'checkpoints' / f'checkpoint-{saved}'}" in (tmp_path / "rerun.log").read_text()
+    if name == "distill" and cfg.mode == "off_policy":
+        # sampled at temperature 0.8: sampling again would train the second half on other traces
+        assert traces_before is not None and traces.read_text() == traces_before
+        assert "distill/traces_kept" in metrics
