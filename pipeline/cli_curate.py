@@ -47,6 +47,9 @@ def cmd_curate(args) -> int:
     return 0
 
 
+PIPELINE_ONLY = {"name", "kind", "evaluate", "gate", "registry"}  # stage fields that mean nothing standalone
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("curate", help="run one curation step on a file or source, outside a recipe")
     steps = p.add_subparsers(dest="step", required=True)
@@ -56,5 +59,5 @@ def add_parser(sub) -> None:
         sp.add_argument("--out", required=True, help="directory for kept.jsonl, removed.jsonl, report.json")
         if kind == "decontaminate":
             sp.add_argument("--eval", action="append", required=True, help="eval set (repeatable): source[:split] or file")
-        add_model_arguments(sp, CURATION_CONFIGS[kind], skip={"name", "kind", "evaluate", "gate"})
+        add_model_arguments(sp, CURATION_CONFIGS[kind], skip=PIPELINE_ONLY)
         sp.set_defaults(fn=cmd_curate)

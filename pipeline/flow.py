@@ -30,7 +30,7 @@ from prefect.artifacts import (
 )
 
 from data_curation.sources import source_fingerprint
-from pipeline import runs, tracking
+from pipeline import model_store, runs, tracking
 from pipeline.gates import GateFailed, baseline_plan, gate_failure, input_metrics
 from pipeline.home import home, publish_dir
 from pipeline.launcher import run_worker
@@ -96,7 +96,7 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
         lineage["eval_data"] = Lineage(type="dataset", name=data.source, source=_source_uri(data),
                                        digest=_rows_digest(fingerprints["eval_data"], data), rows=data.n, context="eval")
     config = stage.model_dump(mode="json")
-    keyed = stage.model_dump(mode="json", exclude={"gate"})  # a gate judges the result; it does not change it
+    keyed = stage.model_dump(mode="json", exclude={"gate", "registry"})  # they judge or file the result, not make it
     key_material = {"kind": stage.kind, "config": keyed, "eval": eval_spec, "inputs": fingerprints,
                     "code": STAGE_KINDS[stage.kind].code_version()}
     key = hashlib.sha256(json.dumps(key_material, sort_keys=True).encode()).hexdigest()
@@ -180,6 +180,23 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
     return result.model_dump()
 
 
+def _file_model(resolved: ResolvedRecipe, stage, final: bool, result: StageResult, child: str, entry: dict) -> None:
+    """The stage's model as an MLflow logged model (made once per output, whichever run trained it),
+    and, for the final stage or one with `register:`, as a registry version with alias candidate."""
+    mode = resolved.recipe.tracking.model_artifacts or model_store.default_mode()
+    model_dir = Path(result.output_dir) / result.outputs["model"]
+    model_id = model_store.ensure_logged_model(result.mlflow_run_id, child, stage.name, model_dir,
+                                               result.fingerprints["model"], result.metrics, mode)
+    entry["logged_model_id"] = model_id
+    if stage.registry is False or not (final or stage.registry):
+        return
+    name = stage.registry if isinstance(stage.registry, str) else f"posttrain-{resolved.recipe.name}"
+    tags = {"posttrain.recipe": resolved.recipe.name, "posttrain.profile": str(resolved.profile),
+            "posttrain.stage": stage.name, "posttrain.git_commit": tracking.git_commit()}
+    entry["registry"] = {"name": name, "version": model_store.register(model_id, name, child, tags),
+                         "alias": model_store.CANDIDATE}
+
+
 def _record_cached(parent_id: str, plan: StagePlan, result: StageResult) -> str:
     """A child run for a stage served from cache, so this pipeline run compares complete in MLflow."""
     child = tracking.start_stage_run(parent_id, plan.recipe, plan.name, plan.kind, plan.config,
@@ -240,6 +257,8 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
             entry.update(status="completed", cached=cached, reused=reused, metrics={**result.metrics, **from_upstream},
                          mlflow_run_id=child, mlflow_url=tracking.run_url(child), output_dir=result.output_dir,
                          cache_key=plan.cache_key)
+            if "model" in result.outputs:
+                _file_model(resolved, stage, i == len(resolved.recipe.stages) - 1, result, child, entry)
             upstream[stage.name] = result
             how = "cached" if cached else "reused (published by another run)" if reused else "completed"
             logger.info("stage %s %s in %.1f s", stage.name, how, entry["duration_s"])
@@ -251,6 +270,10 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
                     entry["status"] = "gate_failed"
                     raise GateFailed(failure)
                 logger.warning("%s; going on (on_fail: warn)", failure)
+                runs.save(record)
+            elif stage.gate and entry.get("registry"):  # the gate passed: this version is the champion
+                model_store.promote(entry["registry"]["name"], entry["registry"]["version"])
+                entry["registry"]["alias"] = model_store.CHAMPION
                 runs.save(record)
         record["status"] = "completed"
     except BaseException:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import model_builds as b
+from pipeline import model_store
 from pipeline.home import home
 from stages.core.files import dir_fingerprint, write_json_atomic
 
@@ -107,6 +108,12 @@ def looks_like_hub_id(ref: str) -> bool:
 
 def check_model_ref(ref: str) -> str | None:
     """Return an error message when `ref` cannot name a model, without loading anything."""
+    if model_store.is_uri(ref):  # asks the tracking server; downloads nothing
+        try:
+            model_store.logged_model_of(ref)
+        except ValueError as e:
+            return str(e)
+        return None
     if ref in NAMED_MODELS:
         return NAMED_MODELS[ref].missing()
     path = Path(ref).expanduser()
@@ -124,6 +131,8 @@ def check_model_ref(ref: str) -> str | None:
 
 def resolve_model(ref: str) -> str:
     """Directory (or hub id) to hand to from_pretrained."""
+    if model_store.is_uri(ref):
+        return model_store.fetch(ref)[0]
     if ref in NAMED_MODELS:
         return str(ensure_named_model(ref))
     path = Path(ref).expanduser()
@@ -131,6 +140,8 @@ def resolve_model(ref: str) -> str:
 
 
 def model_fingerprint(ref: str) -> str:
+    if model_store.is_uri(ref):  # the checksum the logged model records, verified on fetch
+        return model_store.fetch(ref)[1]
     if ref in NAMED_MODELS:
         return json.loads((ensure_named_model(ref) / "posttrain_model.json").read_text())["sha256"]
     path = Path(ref).expanduser()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Union
+from typing import Annotated, Literal, Union
 
 import yaml
 from pydantic import Field, ValidationError
@@ -34,12 +34,19 @@ DEEPSPEED_DIR = REPO_ROOT / "infra" / "deepspeed"
 StageConfig = Annotated[Union[tuple(STAGE_CONFIGS.values())], Field(discriminator="kind")]  # noqa: UP007
 
 
+class TrackingSpec(Strict):
+    model_artifacts: Literal["copy", "reference"] | None = Field(
+        None, description="stage models in MLflow: copy = upload the weights to the artifact store; reference = "
+        "record their directory and checksum. Default: copy for an http(s) tracking server, else reference")
+
+
 class Recipe(Strict):
     name: str
     description: str = ""
     launch: str = Field("", description="how to launch it, shown by `posttrain list`")
     eval: EvalSpec | None = Field(default_factory=EvalSpec)
     stages: list[StageConfig] = Field(min_length=1)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     profile_overrides: dict[str, dict[str, dict]] = Field(
         default_factory=dict, description="profile -> stage name or kind -> fields, applied after that profile "
         "(e.g. a warm-up this recipe needs longer on `tiny` than the profile gives every SFT stage)")
@@ -50,6 +57,7 @@ class Profile(Strict):
     models: dict[str, str] = Field(default_factory=dict, description="model alias -> model reference")
     stages: dict[str, dict] = Field(default_factory=dict, description="stage kind or name -> field overrides")
     eval: dict = Field(default_factory=dict)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="wins over the recipe's")
 
 
 class RecipeError(Exception):
@@ -156,6 +164,9 @@ def _apply_profile(data: dict, where: dict, name: str, profile: Profile, profile
             break  # the recipe switched evaluation off (`eval: null`)
         data.setdefault("eval", {})[fname] = copy.deepcopy(value)
         where[("eval", fname)] = profile_where.get(("eval", fname), str(pfile))
+    for fname, value in profile.tracking.model_dump(exclude_none=True).items():
+        data.setdefault("tracking", {})[fname] = value
+        where[("tracking", fname)] = profile_where.get(("tracking", fname), str(pfile))
     # Model aliases: any model field whose value is an alias takes the profile's model.
     for s in stages:
         kind = STAGE_CONFIGS.get(s.get("kind")) if isinstance(s, dict) else None

@@ -52,15 +52,18 @@ def find(ref: str) -> dict:
 def format_table(record: dict) -> str:
     head = (f"run {record['id']}  recipe={record['recipe']} profile={record.get('profile')}  "
             f"status={record['status']}  mlflow={record.get('mlflow_run_id')}")
-    cols = ["stage", "kind", "status", "seconds", *[k.split("/")[-1] for k in KEY_METRICS], "mlflow run"]
+    cols = ["stage", "kind", "status", "seconds", *[k.split("/")[-1] for k in KEY_METRICS], "mlflow run",
+            "logged model"]
     rows = [cols]
     for s in record["stages"]:
         m = s.get("metrics", {})
         how = " (cached)" if s.get("cached") else " (reused)" if s.get("reused") else ""
         rows.append([s["name"], s["kind"], s["status"] + how,
                      f"{s.get('duration_s', 0):.1f}", *[f"{m[k]:.4g}" if k in m else "-" for k in KEY_METRICS],
-                     s.get("mlflow_run_id") or "-"])
+                     s.get("mlflow_run_id") or "-", s.get("logged_model_id") or "-"])
     tail = [f"MLflow, stages side by side: {record['mlflow_stages_url']}"] if record.get("mlflow_stages_url") else []
+    tail += [f"registered: models:/{r['name']}/{r['version']} (alias {r['alias']}), the model of stage {s['name']}"
+             for s in record["stages"] if (r := s.get("registry"))]
     return "\n".join([head, grid(rows), *tail])
 
 
@@ -88,6 +91,7 @@ def comparison(records: list[dict]) -> list[dict]:
             m = s.get("metrics", {})
             rows.append({"run": r["id"], "recipe": r["recipe"], "profile": r.get("profile"), "stage": s["name"],
                          "kind": s["kind"], "status": s["status"], "mlflow_run_id": s.get("mlflow_run_id"),
+                         "logged_model_id": s.get("logged_model_id"), "registry": s.get("registry"),
                          "metrics": held_out(m),
                          "change": {k: v - m[f"input/{k}"] for k, v in held_out(m).items() if f"input/{k}" in m}})
     return rows
@@ -98,8 +102,11 @@ def format_comparison(rows: list[dict]) -> str:
     several = len({r["run"] for r in rows}) > 1
     changes = [k for k in KEY_METRICS if any(k in r["change"] for r in rows)]
     head = (["run"] if several else []) + ["stage", "kind", *[k.removeprefix("eval/") for k in keys],
-                                           *[f"change {k.removeprefix('eval/')}" for k in changes]]
+                                           *[f"change {k.removeprefix('eval/')}" for k in changes],
+                                           "logged model", "registry"]
     table = [head] + [([r["run"]] if several else []) + [r["stage"], r["kind"],
                       *[f"{r['metrics'][k]:.4g}" if k in r["metrics"] else "-" for k in keys],
-                      *[f"{r['change'][k]:+.4g}" if k in r["change"] else "-" for k in changes]] for r in rows]
+                      *[f"{r['change'][k]:+.4g}" if k in r["change"] else "-" for k in changes],
+                      r.get("logged_model_id") or "-",
+                      f"{g['name']}/{g['version']} @{g['alias']}" if (g := r.get("registry")) else "-"] for r in rows]
     return grid(table)

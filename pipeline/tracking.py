@@ -1,7 +1,8 @@
-"""MLflow bookkeeping, and the only module that writes to MLflow: one parent run per pipeline run,
-one nested child run per stage. The flow creates and closes the runs; the worker streams step
-metrics through `step_logger` (a TrainerCallback) and logs the stage's output through
-`log_stage_output`; the flow tags the published run. Tag names live here, nowhere else.
+"""MLflow bookkeeping, and with `model_store` (logged models, registry) the only module that writes
+to MLflow: one parent run per pipeline run, one nested child run per stage. The flow creates and
+closes the runs; the worker streams step metrics through `step_logger` (a TrainerCallback) and logs
+the stage's output through `log_stage_output`; the flow tags the published run. Run tag names live
+here; logged-model tags in `model_store`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from pipeline.home import tracking_uri
+from pipeline.home import home, tracking_uri
 from pipeline.locks import held, lock_path
 from stages.rewards.sandbox import SANDBOX_TAG  # noqa: F401  (the one tag a reward sets: re-exported here)
 
@@ -71,12 +72,20 @@ def _view_state(search: str = "", oldest_first: bool = False) -> str:
 EXPERIMENT_TAGS = {EXPERIMENT_KIND_TAG: TRAINING_KIND, VIEW_TAG + VIEW_KEY: _view_state()}
 
 
+def artifact_root(experiment: str) -> str | None:
+    """Where a new experiment keeps its artifacts: under POSTTRAIN_HOME for a local store (MLflow's
+    default, ./mlruns, depends on the directory a run starts in); a server decides for itself."""
+    if tracking_uri().startswith(("sqlite", "file", "/")):
+        return (home() / "mlartifacts" / experiment.replace("/", "-")).as_uri()
+    return None
+
+
 def experiment_id(recipe: str) -> str:
     c = client()
     name = f"posttrain/{recipe}"
     exp = c.get_experiment_by_name(name)
     if exp is None:
-        return c.create_experiment(name, tags=EXPERIMENT_TAGS)
+        return c.create_experiment(name, artifact_location=artifact_root(name), tags=EXPERIMENT_TAGS)
     for key, value in EXPERIMENT_TAGS.items():  # made by an older posttrain
         if exp.tags.get(key) != value:
             c.set_experiment_tag(exp.experiment_id, key, value)
@@ -228,12 +237,12 @@ def ui_url() -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _experiment_of(run_id: str) -> str:  # a run never changes experiment: one lookup per run
+def experiment_of(run_id: str) -> str:  # a run never changes experiment: one lookup per run
     return client().get_run(run_id).info.experiment_id
 
 
 def run_url(run_id: str) -> str:
-    return f"{ui_url()}/#/experiments/{_experiment_of(run_id)}/runs/{run_id}?workflowType=machine_learning"
+    return f"{ui_url()}/#/experiments/{experiment_of(run_id)}/runs/{run_id}?workflowType=machine_learning"
 
 
 def experiment_url(experiment: str, view: str = VIEW_KEY) -> str:
@@ -244,7 +253,7 @@ def experiment_url(experiment: str, view: str = VIEW_KEY) -> str:
 def stages_view_url(parent_id: str) -> str:
     """The runs table showing this pipeline run's stage runs, side by side. (A shared view cannot
     expand a parent row, so it filters on the parent instead.)"""
-    experiment, view = _experiment_of(parent_id), f"run-{parent_id[:12]}"
+    experiment, view = experiment_of(parent_id), f"run-{parent_id[:12]}"
     client().set_experiment_tag(experiment, VIEW_TAG + view,
                                 _view_state(f"tags.mlflow.parentRunId = '{parent_id}'", oldest_first=True))
     return experiment_url(experiment, view)

@@ -59,7 +59,7 @@ def test_curation_flags_come_from_the_config_models():
     import argparse
 
     from pipeline.cli_args import add_model_arguments
-    from pipeline.cli_curate import add_parser
+    from pipeline.cli_curate import PIPELINE_ONLY, add_parser
     from stages.kinds.curation import CURATION_CONFIGS
 
     parser = argparse.ArgumentParser()
@@ -69,10 +69,10 @@ def test_curation_flags_come_from_the_config_models():
     assert (args.mode, args.ngram) == ("coverage", 13)
     for kind, model in CURATION_CONFIGS.items():
         one = argparse.ArgumentParser()
-        add_model_arguments(one, model, skip={"name", "kind", "evaluate", "gate"})
+        add_model_arguments(one, model, skip=PIPELINE_ONLY)
         text = one.format_help()
         for field in model.model_fields:
-            if field not in ("name", "kind", "evaluate", "gate", "data", "eval_sets", "launcher"):
+            if field not in PIPELINE_ONLY | {"data", "eval_sets", "launcher"}:
                 assert "--" + field.replace("_", "-") in text, (kind, field)
 
 

@@ -126,11 +126,16 @@ class GateSpec(Strict):
 
 
 class StageBase(Strict):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, validate_by_name=True, validate_by_alias=True)
     name: str = Field(pattern=STAGE_NAME)
     launcher: LaunchSpec = Field(default_factory=LaunchSpec)
     evaluate: bool = Field(True, description="run the recipe's evaluation on this stage's model")
     gate: GateSpec | None = Field(None, description="stop or warn when the held-out metric does not improve "
                                   "on the input model's (not part of the cache key)")
+    # `register:` in YAML; named `registry` here because BaseModel's metaclass owns `register`.
+    registry: str | bool | None = Field(
+        None, alias="register", description="register the stage's model in the MLflow registry under this name (alias candidate; "
+        "champion when its gate passes). Default: the recipe's final stage as posttrain-<recipe>; false: never")
 
     # Which outputs the stage produces ("model", "dataset", "pairs") and which fields name models.
     OUTPUTS: ClassVar[tuple[str, ...]] = ()

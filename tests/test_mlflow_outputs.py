@@ -1,0 +1,144 @@
+"""Stage outputs in MLflow, against a real `mlflow server` on localhost (SQLite backend, local
+artifact root): logged models with linked metrics, the registry's candidate alias, a second home
+(another machine sharing only the tracking server) consuming `models:/...@candidate`, a corrupted
+download refused, and an upload killed midway never turning READY."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from pipeline.prefect_api import free_port, healthy
+from tests.conftest import POSTTRAIN, REPO, cli_env
+
+pytestmark = pytest.mark.slow
+QUICK = ["--set", "stages.cold_start.max_steps=4", "--set", "stages.polish.max_steps=4"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow-server")
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
+                             "--port", url.rsplit(":", 1)[1], "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+                             "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while not healthy(url):
+        assert time.time() < deadline and proc.poll() is None, "mlflow server did not come up"
+        time.sleep(0.5)
+    yield {"url": url, "artifacts": root / "artifacts"}
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+def _run(home: Path, url: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**cli_env(home), "MLFLOW_TRACKING_URI": url}
+    return subprocess.run([POSTTRAIN, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def smoke(server, tmp_path_factory):
+    home = tmp_path_factory.mktemp("machine-a")
+    done = _run(home, server["url"], "run", "smoke", "--profile", "tiny", *QUICK)
+    assert done.returncode == 0, done.stderr[-3000:]
+    show = _run(home, server["url"], "show", "latest", "--json")
+    return {"home": home, "record": __import__("json").loads(show.stdout), "show": _run(home, server["url"], "show",
+                                                                                          "latest").stdout}
+
+
+def test_smoke_logs_one_model_per_stage_with_linked_metrics_and_a_candidate(server, smoke):
+    c = mlflow.MlflowClient(server["url"])
+    stages = {s["name"]: s for s in smoke["record"]["stages"]}
+    for name, stage in stages.items():
+        model = c.get_logged_model(stage["logged_model_id"])
+        assert str(model.status) == "READY" and model.name == name and model.source_run_id == stage["mlflow_run_id"]
+        assert model.tags["posttrain.model_artifacts"] == "copy"  # the default against a server
+        assert {m.key for m in model.metrics} >= {"eval/accuracy", "eval/format_rate"}
+        uploaded = {f.path for f in c.list_logged_model_artifacts(model.model_id)}
+        assert {"model.safetensors", "config.json", "tokenizer.json"} <= uploaded
+    version = c.get_model_version_by_alias("posttrain-smoke", "candidate")
+    assert version.source == f"models:/{stages['polish']['logged_model_id']}"
+    assert version.tags["posttrain.stage"] == "polish" and version.tags["posttrain.profile"] == "tiny"
+    assert stages["polish"]["registry"] == {"name": "posttrain-smoke", "version": version.version, "alias": "candidate"}
+    assert stages["polish"]["logged_model_id"] in smoke["show"]
+    assert f"models:/posttrain-smoke/{version.version} (alias candidate)" in smoke["show"]
+
+
+def test_another_machine_consumes_the_candidate_by_uri_bit_identical(server, smoke, tmp_path):
+    recipe = tmp_path / "from_registry.yaml"
+    recipe.write_text("name: from_registry\neval: null\nstages:\n  - name: merged\n    kind: merge\n"
+                      "    models: ['models:/posttrain-smoke@candidate', 'models:/posttrain-smoke/1']\n"
+                      "    method: linear\n    weights: [0.5, 0.5]\n")
+    home = tmp_path / "machine-b"
+    done = _run(home, server["url"], "run", str(recipe), "--profile", "tiny")
+    assert done.returncode == 0, done.stderr[-3000:]
+    polish = next(s for s in smoke["record"]["stages"] if s["name"] == "polish")
+    (fetched,) = (home / "models" / "mlflow").iterdir()  # both URIs name one model: fetched once
+    assert _sha(fetched / "model.safetensors") == _sha(Path(polish["output_dir"]) / "model" / "model.safetensors")
+    run = mlflow.MlflowClient(server["url"]).search_runs(
+        [mlflow.MlflowClient(server["url"]).get_experiment_by_name("posttrain/from_registry").experiment_id],
+        "tags.`posttrain.stage` = 'merged'")[0]
+    assert run.data.tags["posttrain.input.models.0"].startswith("models:/posttrain-smoke@candidate")
+
+
+def test_a_corrupted_download_is_refused(server, smoke, tmp_path, monkeypatch):
+    from pipeline import model_store
+
+    cold = next(s for s in smoke["record"]["stages"] if s["name"] == "cold_start")
+    (weights,) = server["artifacts"].rglob(f"{cold['logged_model_id']}/artifacts/model.safetensors")
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    monkeypatch.setenv("POSTTRAIN_HOME", str(tmp_path / "machine-c"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server["url"])
+    with pytest.raises(ValueError, match="refused"):
+        model_store.fetch(f"models:/{cold['logged_model_id']}")
+    assert not any((tmp_path / "machine-c" / "models" / "mlflow").iterdir())  # nothing half-fetched left
+
+
+UPLOAD = """
+import sys
+from pathlib import Path
+from pipeline import model_store, tracking
+run = tracking.client().create_run(tracking.experiment_id("upload_kill")).info.run_id
+print(run, flush=True)
+model_store.log_model(run, "big", Path(sys.argv[1]), "0" * 64, {"eval/accuracy": 1.0}, "copy")
+"""
+
+
+def test_a_killed_upload_never_turns_ready_and_the_rerun_uploads_again(server, tmp_path, monkeypatch):
+    from pipeline import model_store
+
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "config.json").write_text("{}")
+    (big / "model.safetensors").write_bytes(os.urandom(300 << 20))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server["url"])
+    proc = subprocess.Popen([sys.executable, "-c", UPLOAD, str(big)], cwd=REPO, env={**os.environ},
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    run = proc.stdout.readline().strip()
+    c = mlflow.MlflowClient(server["url"])
+    experiment = c.get_run(run).info.experiment_id
+    deadline = time.time() + 120
+    while not (pending := c.search_logged_models([experiment], filter_string=f"source_run_id = '{run}'")):
+        assert time.time() < deadline and proc.poll() is None, "the upload never started"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    (model,) = pending
+    assert str(c.get_logged_model(model.model_id).status) == "PENDING"
+    with pytest.raises(ValueError, match="not READY"):
+        model_store.fetch(f"models:/{model.model_id}")
+    rerun = model_store.ensure_logged_model(run, run, "big", big, "0" * 64, {}, "copy")
+    assert rerun != model.model_id and str(c.get_logged_model(rerun).status) == "READY"
