@@ -34,7 +34,7 @@ def main() -> int:
                           capture_output=True, text=True)
     (stage,) = json.loads(show.stdout)["stages"]
     m = stage["metrics"]
-    print(f"profile {a.profile}, {wall:.0f} s in all; held-out accuracy on {m.get('eval/n', 48):.0f} sums:")
+    print(f"profile {a.profile}, {wall:.0f} s in all; held-out accuracy on {m.get('eval/n', 32):.0f} sums:")
     print("| student before | student after | teacher | KL(teacher || student) before -> after | traces kept |")
     print("| --- | --- | --- | --- | --- |")
     print(f"| {m['before/eval/accuracy']:.3f} | {m['eval/accuracy']:.3f} | {m['teacher/eval/accuracy']:.3f} | "

@@ -180,10 +180,14 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
     return result.model_dump()
 
 
+def _artifact_mode(resolved: ResolvedRecipe) -> str:
+    return resolved.recipe.tracking.model_artifacts or model_store.default_mode()
+
+
 def _file_model(resolved: ResolvedRecipe, stage, final: bool, result: StageResult, child: str, entry: dict) -> None:
     """The stage's model as an MLflow logged model (made once per output, whichever run trained it),
     and, for the final stage or one with `register:`, as a registry version with alias candidate."""
-    mode = resolved.recipe.tracking.model_artifacts or model_store.default_mode()
+    mode = _artifact_mode(resolved)
     model_dir = Path(result.output_dir) / result.outputs["model"]
     model_id = model_store.ensure_logged_model(result.mlflow_run_id, child, stage.name, model_dir,
                                                result.fingerprints["model"], result.metrics, mode)
@@ -259,6 +263,9 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
                          cache_key=plan.cache_key)
             if "model" in result.outputs:
                 _file_model(resolved, stage, i == len(resolved.recipe.stages) - 1, result, child, entry)
+            if not reused:  # a reused stage's datasets are on the run that made them
+                model_store.log_datasets(child, stage.name, Path(result.output_dir), result.outputs,
+                                         result.fingerprints, _artifact_mode(resolved))
             upstream[stage.name] = result
             how = "cached" if cached else "reused (published by another run)" if reused else "completed"
             logger.info("stage %s %s in %.1f s", stage.name, how, entry["duration_s"])

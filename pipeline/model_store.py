@@ -1,6 +1,7 @@
 """Stage outputs in MLflow: every model a stage publishes becomes an MLflow 3 logged model, linked to
 its stage run, with the stage's held-out metrics linked to it (the experiment's Models tab lists and
-compares every stage's output); a recipe's final stage registers its model; and a recipe can name a
+compares every stage's output); every dataset it publishes becomes an MLflow dataset of its run; a
+recipe's final stage registers its model; and a recipe can name a
 model by MLflow URI (`models:/name@alias`, `models:/name/3`, `models:/m-<id>`, `runs:/<run>/model`),
 fetched once into a content-addressed cache and checked against the recorded checksum.
 
@@ -99,6 +100,36 @@ def ensure_logged_model(producing_run: str | None, run_id: str, name: str, model
             c.set_tag(run_id, MODEL_ID_TAG, model_id)
         return model_id
     return log_model(run_id, name, model_dir, sha256, metrics, mode)
+
+
+def log_datasets(run_id: str, stage: str, output_dir: Path, outputs: dict[str, str], fingerprints: dict[str, str],
+                 mode: str) -> None:
+    """Every JSONL a stage produced (a curated `dataset`, preference `pairs`) as an MLflow dataset of
+    its run (context `output`: name `<stage>.<output>`, source, digest, columns, rows) and, with
+    `copy`, as an artifact under `outputs/`."""
+    import json
+
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    c = tracking.client()
+    logged = []
+    for name, rel in outputs.items():
+        path = output_dir / rel
+        if name == "model" or path.suffix != ".jsonl" or not path.is_file():
+            continue
+        with path.open() as f:
+            first, rows = f.readline(), 1
+            rows += sum(1 for line in f if line.strip())
+        columns = list(json.loads(first)) if first.strip() else []
+        schema = {"mlflow_colspec": [{"name": k, "type": "string"} for k in columns]}
+        dataset = Dataset(name=f"{stage}.{name}", digest=fingerprints[name][:32], source_type="local",
+                          source=json.dumps({"uri": str(path)}), schema=json.dumps(schema),
+                          profile=json.dumps({"num_rows": rows if first.strip() else 0}))
+        logged.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "output")]))
+        if mode == "copy":
+            c.log_artifact(run_id, str(path), artifact_path="outputs")
+    if logged:
+        c.log_inputs(run_id, datasets=logged)
 
 
 def register(model_id: str, name: str, run_id: str, tags: dict[str, str]) -> str:

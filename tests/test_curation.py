@@ -175,6 +175,11 @@ def test_curated_rl_chains_decontaminate_difficulty_filter_and_grpo(tmp_path):
     assert 0 < d["curate/generation_share"] <= 1 and d["curate/prompts_per_s"] > 0
     artifacts = {a.path for a in client.list_artifacts(run["difficulty"].info.run_id)}
     assert {"pass_rates.png", "report.json", "removed_examples.json"} <= artifacts
+    (produced,) = [i for i in run["difficulty"].inputs.dataset_inputs
+                   if {t.key: t.value for t in i.tags}["mlflow.data.context"] == "output"]
+    assert produced.dataset.name == "difficulty.dataset"
+    assert json.loads(produced.dataset.profile)["num_rows"] == d["curate/rows_out"]
+    assert "prompt" in produced.dataset.schema
     assert m["rl"]["train/prompts"] == d["curate/rows_out"]  # GRPO trained on exactly the kept prompts
     kept = home / "stages" / "curated_rl"
     kept_rows = [json.loads(line) for p in kept.glob("difficulty-*/kept.jsonl") for line in open(p)]

@@ -104,6 +104,13 @@ def test_missing_model_path_is_named(tmp_path):
     assert str(missing) in refused("smoke", overrides=[f"stages.cold_start.model={missing}"])
 
 
+def test_an_mlflow_uri_that_names_nothing_is_refused_with_its_path():
+    msg = refused("smoke", overrides=["stages.cold_start.model=models:/no-such-model@candidate"])
+    assert "stages[0].model: models:/no-such-model@candidate: not found in the MLflow store" in msg
+    msg = refused("smoke", overrides=["stages.polish.model=runs:/0123abc/model"])
+    assert "stages[1].model: runs:/0123abc/model: not found" in msg
+
+
 def test_duplicate_stage_names(tmp_path):
     p = write_variant(tmp_path, lambda d: d["stages"][1].update(name="cold_start", model="base"))
     assert "duplicate stage name 'cold_start'" in refused(p)

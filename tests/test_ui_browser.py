@@ -200,6 +200,11 @@ def test_qwen3_launched_from_the_deployment_form_completes_and_links_each_stage_
     with contextlib.suppress(PlaywrightError):  # MLflow's assistant panel covers part of the table
         page.locator('[aria-label="Close"]').last.click(timeout=2000)
     page.screenshot(path=SHOTS / "mlflow_stage_comparison.png")
+    # The experiment's Models view: one logged model per stage output, comparable side by side.
+    page.goto(f"{uis['mlflow']}/#/experiments/{stage_run.info.experiment_id}/models?workflowType=machine_learning")
+    for stage in ("cold_start", "general_rl", "distill_on"):
+        page.get_by_text(stage, exact=True).first.wait_for()
+    page.screenshot(path=SHOTS / "mlflow_models.png")
 
 
 def test_a_run_failing_at_a_stage_reruns_from_the_form_with_the_finished_stage_cached(page, uis):
