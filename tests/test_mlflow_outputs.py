@@ -1,7 +1,8 @@
 """Stage outputs in MLflow, against a real `mlflow server` on localhost (SQLite backend, local
-artifact root): logged models with linked metrics, the registry's candidate alias, a second home
-(another machine sharing only the tracking server) consuming `models:/...@candidate`, a corrupted
-download refused, and an upload killed midway never turning READY."""
+artifact root): nested stage runs and their artifacts, logged models with linked metrics, the
+registry's aliases (candidate; champion only when the gate passes), a second home (another machine
+sharing only the tracking server) consuming `models:/...@candidate`, a corrupted download refused,
+and an upload killed midway never turning READY."""
 
 import hashlib
 import os
@@ -18,7 +19,11 @@ from pipeline.prefect_api import free_port, healthy
 from tests.conftest import POSTTRAIN, REPO, cli_env
 
 pytestmark = pytest.mark.slow
-QUICK = ["--set", "stages.cold_start.max_steps=4", "--set", "stages.polish.max_steps=4"]
+QUICK = ["--set", "stages.cold_start.max_steps=4", "--set", "stages.polish.max_steps=4",
+         # a gate that passes (polish: champion) and one that fails (cold_start, registered by name: candidate only)
+         "--set", "stages.polish.gate={metric: accuracy, min_delta: -1, on_fail: warn}",
+         "--set", "stages.cold_start.gate={metric: accuracy, min_delta: 1, on_fail: warn}",
+         "--set", "stages.cold_start.register=smoke-cold-start"]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +65,10 @@ def smoke(server, tmp_path_factory):
 def test_smoke_logs_one_model_per_stage_with_linked_metrics_and_a_candidate(server, smoke):
     c = mlflow.MlflowClient(server["url"])
     stages = {s["name"]: s for s in smoke["record"]["stages"]}
-    for name, stage in stages.items():
+    for name, stage in stages.items():  # nested stage runs with their artifacts, through the server
+        run = c.get_run(stage["mlflow_run_id"])
+        assert run.data.tags["mlflow.parentRunId"] == smoke["record"]["mlflow_run_id"]
+        assert {"stage_config.json", "eval_samples.json"} <= {a.path for a in c.list_artifacts(run.info.run_id)}
         model = c.get_logged_model(stage["logged_model_id"])
         assert str(model.status) == "READY" and model.name == name and model.source_run_id == stage["mlflow_run_id"]
         assert model.tags["posttrain.model_artifacts"] == "copy"  # the default against a server
@@ -70,9 +78,13 @@ def test_smoke_logs_one_model_per_stage_with_linked_metrics_and_a_candidate(serv
     version = c.get_model_version_by_alias("posttrain-smoke", "candidate")
     assert version.source == f"models:/{stages['polish']['logged_model_id']}"
     assert version.tags["posttrain.stage"] == "polish" and version.tags["posttrain.profile"] == "tiny"
-    assert stages["polish"]["registry"] == {"name": "posttrain-smoke", "version": version.version, "alias": "candidate"}
+    assert c.get_model_version_by_alias("posttrain-smoke", "champion").version == version.version  # its gate passed
+    assert stages["polish"]["registry"] == {"name": "posttrain-smoke", "version": version.version, "alias": "champion"}
+    cold = c.get_model_version_by_alias("smoke-cold-start", "candidate")
+    assert cold.source == f"models:/{stages['cold_start']['logged_model_id']}"
+    assert "champion" not in c.get_registered_model("smoke-cold-start").aliases  # its gate failed
     assert stages["polish"]["logged_model_id"] in smoke["show"]
-    assert f"models:/posttrain-smoke/{version.version} (alias candidate)" in smoke["show"]
+    assert f"models:/posttrain-smoke/{version.version} (alias champion)" in smoke["show"]
 
 
 def test_another_machine_consumes_the_candidate_by_uri_bit_identical(server, smoke, tmp_path):
