@@ -18,6 +18,7 @@ With `tracking`, the only module that writes to MLflow.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -107,8 +108,6 @@ def log_datasets(run_id: str, stage: str, output_dir: Path, outputs: dict[str, s
     """Every JSONL a stage produced (a curated `dataset`, preference `pairs`) as an MLflow dataset of
     its run (context `output`: name `<stage>.<output>`, source, digest, columns, rows) and, with
     `copy`, as an artifact under `outputs/`."""
-    import json
-
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     c = tracking.client()
@@ -117,14 +116,16 @@ def log_datasets(run_id: str, stage: str, output_dir: Path, outputs: dict[str, s
         path = output_dir / rel
         if name == "model" or path.suffix != ".jsonl" or not path.is_file():
             continue
+        rows, columns = 0, []
         with path.open() as f:
-            first, rows = f.readline(), 1
-            rows += sum(1 for line in f if line.strip())
-        columns = list(json.loads(first)) if first.strip() else []
+            for line in f:
+                if line.strip():
+                    columns = columns or list(json.loads(line))
+                    rows += 1
         schema = {"mlflow_colspec": [{"name": k, "type": "string"} for k in columns]}
         dataset = Dataset(name=f"{stage}.{name}", digest=fingerprints[name][:32], source_type="local",
                           source=json.dumps({"uri": str(path)}), schema=json.dumps(schema),
-                          profile=json.dumps({"num_rows": rows if first.strip() else 0}))
+                          profile=json.dumps({"num_rows": rows}))
         logged.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "output")]))
         if mode == "copy":
             c.log_artifact(run_id, str(path), artifact_path="outputs")

@@ -6,7 +6,6 @@ looks for \\boxed{}), before any compute is spent."""
 
 from __future__ import annotations
 
-import functools
 import json
 
 from stages.core.templates import reference_completion
@@ -24,28 +23,26 @@ def probe(name: str, template: str) -> tuple[str, str]:
     return reference_completion(template, answer=PROBE_GOLD), PROBE_GOLD
 
 
+_EARNED: set[tuple] = set()  # probes that scored their maximum in this process (a run validates twice)
+
+
 def unearnable(specs, template: str, stage_max_length: int | None = None) -> list[tuple[tuple, str]]:
     """(path under the reward list, message) for every accuracy-type reward that a correct,
-    template-shaped completion does not max out."""
+    template-shaped completion does not max out. Only passes are remembered: a probe that failed,
+    perhaps by timing out on a busy machine, is scored again next time."""
     errors = []
     for j, spec in enumerate(specs):
-        found = probe_score(spec.name, json.dumps(spec.params, sort_keys=True), template, stage_max_length)
-        if found is None:
+        key = (spec.name, json.dumps(spec.params, sort_keys=True), template, stage_max_length)
+        if key in _EARNED:
             continue
-        value, max_value, completion = found
-        if value is None or value < max_value:
-            errors.append(((j, "params"), f"reward {spec.name} {spec.params or ''} cannot be earned with template "
-                           f"{template!r}: a correct answer in that format scores {value}, not {max_value} "
-                           f"(answer checked: {completion!r})"))
+        reward = get_reward(spec.name, stage_max_length, **spec.params)
+        if reward.accuracy:
+            completion, gold = probe(spec.name, template)
+            value = reward(prompts=["probe"], completions=[completion], answer=[gold], language=["en"])[0]
+            if value is None or value < reward.max_value:
+                errors.append(((j, "params"), f"reward {spec.name} {spec.params or ''} cannot be earned with "
+                               f"template {template!r}: a correct answer in that format scores {value}, not "
+                               f"{reward.max_value} (answer checked: {completion!r})"))
+                continue
+        _EARNED.add(key)
     return errors
-
-
-@functools.cache  # a run validates its recipe twice (the CLI, then the flow); score each probe once
-def probe_score(name: str, params: str, template: str, stage_max_length: int | None):
-    """(score, maximum, completion) of the probe for an accuracy-type reward; None for others."""
-    reward = get_reward(name, stage_max_length, **json.loads(params))
-    if not reward.accuracy:
-        return None
-    completion, gold = probe(name, template)
-    return reward(prompts=["probe"], completions=[completion], answer=[gold], language=["en"])[0], \
-        reward.max_value, completion

@@ -95,7 +95,7 @@ def shared_pool(workers: int | None, timeout_s: float):
     """One scoring pool per (workers, timeout) and process, started on first use."""
     key = (workers, timeout_s)
     if key not in _POOLS:
-        _POOLS[key] = ScoringPool(score_math, workers=workers, timeout_s=timeout_s)
+        _POOLS[key] = ScoringPool(score_math, workers=workers, timeout_s=timeout_s, preload=("math_verify",))
     return _POOLS[key]
 
 

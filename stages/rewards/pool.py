@@ -56,11 +56,13 @@ def _worker(conn, fn: Callable, memory_limit: int) -> None:
 
 class ScoringPool:
     def __init__(self, fn: Callable, workers: int | None = None, timeout_s: float = 5.0,
-                 chunk_size: int = 32, memory_limit: int = MEMORY_LIMIT_BYTES):
+                 chunk_size: int = 32, memory_limit: int = MEMORY_LIMIT_BYTES, preload: tuple[str, ...] = ()):
         self.fn, self.timeout_s, self.chunk_size, self.memory_limit = fn, timeout_s, chunk_size, memory_limit
         self.size = workers or max(1, min(os.cpu_count() or 1, 8))
         self.ctx = mp.get_context("forkserver")
-        self.ctx.set_forkserver_preload([fn.__module__])
+        # Imported once in the fork server, before any sample's timeout starts (a worker importing a
+        # slow library on its first sample would time out on a busy machine).
+        self.ctx.set_forkserver_preload([fn.__module__, *preload])
         self._lock = threading.Lock()  # one map() at a time; callers from many threads queue here
         self._workers: list[tuple] = []
         self.timeouts = 0
