@@ -35,7 +35,7 @@ from pipeline.gates import GateFailed, baseline_plan, gate_failure, input_metric
 from pipeline.home import home, publish_dir
 from pipeline.launcher import run_worker
 from pipeline.locks import held, stage_lock
-from pipeline.models import model_fingerprint, resolve_model
+from pipeline.models import resolve_with_fingerprint
 from pipeline.recipe import (
     ResolvedRecipe,
     deepspeed_config_path,
@@ -69,7 +69,7 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
             lineage[fname] = Lineage(type="model", name=ref, source=inputs[fname], digest=fingerprints[fname],
                                      upstream_run=up.mlflow_run_id)
         else:
-            inputs[fname], fingerprints[fname] = resolve_model(ref), model_fingerprint(ref)
+            inputs[fname], fingerprints[fname] = resolve_with_fingerprint(ref)
             lineage[fname] = Lineage(type="model", name=ref, source=inputs[fname], digest=fingerprints[fname])
     for fname, spec in stage.data_inputs().items():
         if spec.stage_ref:

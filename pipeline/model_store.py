@@ -42,7 +42,7 @@ def is_uri(ref: str) -> bool:
 
 
 def default_mode() -> str:
-    return "copy" if tracking.tracking_uri().startswith(("http://", "https://")) else "reference"
+    return "copy" if tracking.is_server() else "reference"
 
 
 

@@ -139,12 +139,14 @@ def resolve_model(ref: str) -> str:
     return str(path.resolve()) if path.exists() else ref
 
 
-def model_fingerprint(ref: str) -> str:
-    if model_store.is_uri(ref):  # the checksum the logged model records, verified on fetch
-        return model_store.fetch(ref)[1]
+def resolve_with_fingerprint(ref: str) -> tuple[str, str]:
+    """(resolve_model(ref), content fingerprint for the cache key). An MLflow URI is resolved once:
+    its alias cannot move between the two, and its checksum is the one verified on fetch."""
+    if model_store.is_uri(ref):
+        return model_store.fetch(ref)
+    resolved = resolve_model(ref)
     if ref in NAMED_MODELS:
-        return json.loads((ensure_named_model(ref) / "posttrain_model.json").read_text())["sha256"]
-    path = Path(ref).expanduser()
-    if path.exists():
-        return dir_fingerprint(path)
-    return f"hub:{ref}"  # a hub id pins nothing; say so in the key rather than pretend
+        return resolved, json.loads((Path(resolved) / "posttrain_model.json").read_text())["sha256"]
+    if Path(ref).expanduser().exists():
+        return resolved, dir_fingerprint(Path(resolved))
+    return resolved, f"hub:{ref}"  # a hub id pins nothing; say so in the key rather than pretend

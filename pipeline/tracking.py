@@ -72,12 +72,15 @@ def _view_state(search: str = "", oldest_first: bool = False) -> str:
 EXPERIMENT_TAGS = {EXPERIMENT_KIND_TAG: TRAINING_KIND, VIEW_TAG + VIEW_KEY: _view_state()}
 
 
+def is_server() -> bool:
+    """Whether MLflow is a tracking server (http/https) rather than a store on this disk."""
+    return tracking_uri().startswith(("http://", "https://"))
+
+
 def artifact_root(experiment: str) -> str | None:
     """Where a new experiment keeps its artifacts: under POSTTRAIN_HOME for a local store (MLflow's
     default, ./mlruns, depends on the directory a run starts in); a server decides for itself."""
-    if tracking_uri().startswith(("sqlite", "file", "/")):
-        return (home() / "mlartifacts" / experiment.replace("/", "-")).as_uri()
-    return None
+    return None if is_server() else (home() / "mlartifacts" / experiment.replace("/", "-")).as_uri()
 
 
 def experiment_id(recipe: str) -> str:

@@ -5,6 +5,7 @@ sharing only the tracking server) consuming `models:/...@candidate`, a corrupted
 and an upload killed midway never turning READY."""
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -57,9 +58,8 @@ def smoke(server, tmp_path_factory):
     home = tmp_path_factory.mktemp("machine-a")
     done = _run(home, server["url"], "run", "smoke", "--profile", "tiny", *QUICK)
     assert done.returncode == 0, done.stderr[-3000:]
-    show = _run(home, server["url"], "show", "latest", "--json")
-    return {"home": home, "record": __import__("json").loads(show.stdout), "show": _run(home, server["url"], "show",
-                                                                                          "latest").stdout}
+    record = json.loads(_run(home, server["url"], "show", "latest", "--json").stdout)
+    return {"home": home, "record": record, "show": _run(home, server["url"], "show", "latest").stdout}
 
 
 def test_smoke_logs_one_model_per_stage_with_linked_metrics_and_a_candidate(server, smoke):
