@@ -94,23 +94,6 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def cmd_serve(args) -> int:
-    from pipeline import prefect_api
-
-    print(f"posttrain: using {prefect_api.connect()}", flush=True)
-    from prefect import serve
-
-    from pipeline.flow import run_recipe
-    from pipeline.recipe import list_recipes
-
-    deployments = [run_recipe.to_deployment(name=name, description=f"posttrain recipe {name}",
-                                            parameters={"recipe": name, "profile": args.profile, "overrides": []})
-                   for name in list_recipes()]
-    print(f"serving {len(deployments)} deployments: {', '.join(list_recipes())}; launch them from the Prefect UI")
-    serve(*deployments)
-    return 0
-
-
 def cmd_gc(args) -> int:
     from pipeline.gc import collect
 
@@ -146,9 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("runs", nargs="*", default=["latest"], help="run ids (prefixes), MLflow or Prefect ids; default latest")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_compare)
-    sp = sub.add_parser("serve", help="serve one Prefect deployment per recipe")
-    sp.add_argument("--profile", default="tiny")
-    sp.set_defaults(fn=cmd_serve)
     sp = sub.add_parser("gc", help="remove stage outputs and checkpoints that no kept run references")
     sp.add_argument("--keep-runs", type=int, default=5, help="keep the outputs of the newest N runs (default 5)")
     sp.add_argument("--dry-run", action="store_true", help="only print what would go")
@@ -158,10 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--prefect-port", type=int, default=4200)
     sp.add_argument("--mlflow-port", type=int, default=5000)
     sp.set_defaults(fn=cmd_ui)
+    from pipeline.cli_cluster import add_parsers as add_cluster
     from pipeline.cli_curate import add_parser as add_curate
     from pipeline.cli_tools import add_parsers
     add_parsers(sub)
     add_curate(sub)
+    add_cluster(sub)
     args = p.parse_args(argv)
     from pipeline.recipe import RecipeError
     try:

@@ -46,6 +46,7 @@ from pipeline.recipe import (
 )
 from stages.core.files import dir_fingerprint, write_json_atomic
 from stages.kinds.contracts import Lineage, StageOutput, StagePlan, StageResult, WorkerSpec
+from stages.kinds.launch import launch_key
 from stages.kinds.registry import STAGE_KINDS
 
 RecipeName = Literal[tuple(list_recipes())]  # dropdowns in the Prefect UI
@@ -96,7 +97,8 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
         lineage["eval_data"] = Lineage(type="dataset", name=data.source, source=_source_uri(data),
                                        digest=_rows_digest(fingerprints["eval_data"], data), rows=data.n, context="eval")
     config = stage.model_dump(mode="json")
-    keyed = stage.model_dump(mode="json", exclude={"gate", "registry"})  # they judge or file the result, not make it
+    # gate and registry judge or file the result, not make it
+    keyed = {**stage.model_dump(mode="json", exclude={"gate", "registry"}), "launcher": launch_key(stage.launcher)}
     key_material = {"kind": stage.kind, "config": keyed, "eval": eval_spec, "inputs": fingerprints,
                     "code": STAGE_KINDS[stage.kind].code_version()}
     key = hashlib.sha256(json.dumps(key_material, sort_keys=True).encode()).hexdigest()

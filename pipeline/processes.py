@@ -5,7 +5,9 @@ helper) can use it without importing the stage kinds."""
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
+import subprocess
 
 
 def die_with_parent() -> None:
@@ -14,4 +16,19 @@ def die_with_parent() -> None:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
+        pass
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop a process started with start_new_session and everything in its group: SIGTERM, then
+    SIGKILL after `grace_s`. A no-op once it has exited."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
         pass

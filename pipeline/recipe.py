@@ -22,6 +22,7 @@ from data_curation.sources import check_data_spec
 from pipeline.models import check_model_ref
 from stages.kinds.common import Strict, field_loc
 from stages.kinds.evaluate import EvalSpec
+from stages.kinds.launch import host_slots
 from stages.kinds.registry import STAGE_CONFIGS
 from stages.rewards import check_reward_specs
 from stages.rewards.earnable import unearnable
@@ -288,11 +289,8 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
             if not spec.stage_ref:
                 for rel, msg in check_data_spec(spec.source, spec.params):
                     add(loc + field_loc(fpath) + rel, msg)
-        launcher = stage.launcher
-        if launcher.mode == "deepspeed" and not deepspeed_config_path(launcher.deepspeed_config).exists():
-            looked = deepspeed_config_path(launcher.deepspeed_config)
-            add(loc + ("launcher", "deepspeed_config"),
-                f"no DeepSpeed config {launcher.deepspeed_config!r} (looked for {looked})")
+        for rel, msg in _launcher_errors(stage):
+            add(loc + ("launcher",) + rel, msg)
         for rel, msg in stage.semantic_errors():
             add(loc + rel, msg)
         if stage.gate is not None and not is_evaluated(recipe, stage):
@@ -313,6 +311,24 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
     return errors
 
 
+
+
+def _launcher_errors(stage) -> list[tuple[tuple, str]]:
+    """A stage's launch settings beyond their schema. A hostfile is read here, once: the plan carries
+    its lines, so every node launches from the same list."""
+    launcher, errors = stage.launcher, []
+    if launcher.mode == "deepspeed" and not deepspeed_config_path(launcher.deepspeed_config).exists():
+        errors.append((("deepspeed_config",), f"no DeepSpeed config {launcher.deepspeed_config!r} "
+                                              f"(looked for {deepspeed_config_path(launcher.deepspeed_config)})"))
+    if isinstance(launcher.nodes, str):
+        try:
+            launcher.nodes = [f"{host} slots={slots}" for host, slots in host_slots(launcher)]
+        except ValueError as e:
+            errors.append((("nodes",), str(e)))
+    if launcher.rollout_server is not None and getattr(stage, "rollout", None) != "vllm_server":
+        errors.append((("rollout_server",), f"a rollout server serves `rollout: vllm_server` stages; {stage.name} "
+                                            f"({stage.kind}) does not roll out through one"))
+    return errors
 
 
 def deepspeed_config_path(name: str) -> Path:

@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     args = [a for a in argv if not a.startswith("--local_rank")]  # the DeepSpeed launcher adds it
     die_with_parent()
     spec = WorkerSpec.model_validate_json(Path(args[0]).read_text())
-    watch_flow(spec.flow_pid)
+    # a follower node's ranks watch its `posttrain node` (the head's flow pid is on another machine)
+    watch_flow(int(os.environ.get("POSTTRAIN_WATCH_PID") or spec.flow_pid or 0))
     try:
         join_process_group()
         run_spec(spec)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.launcher import StageFailed, run_worker
-from stages.kinds.common import LaunchSpec
+from stages.kinds.launch import LaunchSpec
 from tests.conftest import POSTTRAIN, REPO, cli_env, run_cli
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from pipeline.launcher import StageFailed, run_worker
-from stages.kinds.common import LaunchSpec
+from stages.kinds.launch import LaunchSpec
 from tests.test_launcher import _alive
 
 pytestmark = pytest.mark.slow

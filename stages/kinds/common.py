@@ -4,33 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from stages.kinds.launch import LaunchSpec, Strict
 
 STAGE_NAME = r"^[a-z][a-z0-9_]*$"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class LaunchSpec(Strict):
-    """How a stage's worker runs.
-
-    `subprocess` runs one worker process; `deepspeed` runs `ranks` workers under the DeepSpeed
-    launcher with the ZeRO config named by `deepspeed_config` (a file in infra/deepspeed/ without
-    `.json`, or a path); `inprocess` runs inside the flow's process (quick, but cannot be killed
-    separately and gives no crash isolation).
-    """
-    mode: Literal["subprocess", "deepspeed", "inprocess"] = "subprocess"
-    ranks: int = Field(1, ge=1, le=64)
-    deepspeed_config: str = "zero2"
-    timeout_s: int | None = Field(None, ge=1, description="kill the stage after this many seconds")
-
-    @model_validator(mode="after")
-    def _ranks_need_deepspeed(self):
-        if self.ranks > 1 and self.mode != "deepspeed":
-            raise ValueError(f"ranks={self.ranks} needs mode: deepspeed")
-        return self
 
 
 class DataSpec(Strict):

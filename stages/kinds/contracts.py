@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stages.kinds.common import LaunchSpec
+from stages.kinds.launch import LaunchSpec
 
 
 class Contract(BaseModel):

@@ -117,6 +117,9 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
         elif not errors:
             errors += [(("rewards",) + rel, msg) for rel, msg in
                        unearnable(self.rewards, self.template, self.max_completion_length)]
+        if self.rollout == "vllm_server" and self.launcher.rollout_server is None:
+            errors.append((("launcher", "rollout_server"), "rollout: vllm_server needs launcher.rollout_server "
+                           "(its GPUs and port; the launcher starts `trl vllm-serve` there)"))
         if self.rollout != "hf":
             errors += [(("rollout",), msg) for msg in vllm_unavailable()]
             if self.loss == "kimi_mirror_descent":
@@ -176,6 +179,9 @@ def trl_config(cfg: GRPOConfig, ctx):
     from trl import GRPOConfig as TRLGRPOConfig
 
     vllm = {} if cfg.rollout == "hf" else {"use_vllm": True, "vllm_mode": cfg.rollout.removeprefix("vllm_")}
+    if server := cfg.launcher.rollout_server:  # started by the launcher (pipeline.rollout_server)
+        vllm.update(vllm_server_host=server.host, vllm_server_port=server.port,
+                    vllm_server_timeout=float(server.startup_timeout_s))
     beta = cfg.effective("beta")
     return TRLGRPOConfig(
         **trainer_args(cfg, ctx), **vllm,

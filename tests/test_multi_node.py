@@ -1,0 +1,96 @@
+"""Two simulated nodes on this machine train one SFT stage together: the head's launcher (node 0, as
+`posttrain run` runs it) and a follower (`posttrain node --rank 1`), one CPU rank each, DeepSpeed
+`--no_ssh` launchers meeting on loopback through a shared POSTTRAIN_HOME. A node that never joins,
+and a node that is killed mid-stage, fail the stage on the head within the stated timeout; the
+rerun resumes from the last checkpoint."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from pipeline.launcher import StageFailed, free_port, run_worker
+from stages.kinds.launch import LaunchSpec
+from tests.conftest import POSTTRAIN, REPO, cli_env
+from tests.test_launcher import _alive, sft_spec
+
+pytestmark = pytest.mark.slow
+
+MAX_STEPS = 120
+HOSTS = ["node0 slots=1", "node1 slots=1"]  # names are labels here: --no_ssh never resolves them
+
+
+def two_nodes(timeout_s: int) -> LaunchSpec:
+    return LaunchSpec(mode="deepspeed", deepspeed_config="zero2", nodes=HOSTS, no_ssh=True, master_addr="127.0.0.1",
+                      master_port=free_port(), node_timeout_s=timeout_s)
+
+
+def start_follower(home, log, *flags) -> subprocess.Popen:
+    return subprocess.Popen([POSTTRAIN, "node", "--rank", "1", *flags], env=cli_env(home), cwd=REPO,
+                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_two_nodes_train_one_stage_a_lost_node_fails_it_and_the_rerun_resumes(tmp_path, tiny_model, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("POSTTRAIN_HOME", str(home))
+    out = home / "stages" / "two_nodes" / "sft-0"
+    spec = sft_spec(out, str(tiny_model), str(REPO / "infra/deepspeed/zero2.json"), max_steps=MAX_STEPS,
+                    save_steps=10)
+    env = {"POSTTRAIN_HOME": str(home)}
+
+    # 1. nobody runs node 1: the head gives up after node_timeout_s instead of waiting at the rendezvous
+    started = time.monotonic()
+    with pytest.raises(StageFailed, match="node 1 has not joined after 8 s"):
+        run_worker(spec, two_nodes(8), out / "worker.log", env)
+    assert time.monotonic() - started < 8 + 30
+    assert json.loads((home / "nodes" / "launch.json").read_text())["state"] == "withdrawn"
+
+    # 2. node 1 joins, then its machine is lost (SIGKILL of `posttrain node`) after the first checkpoint
+    follower = start_follower(home, tmp_path / "follower.log")
+    failures: list[tuple[float, BaseException]] = []
+
+    def head():
+        try:
+            run_worker(spec, two_nodes(30), out / "worker.log", env)
+        except StageFailed as e:
+            failures.append((time.monotonic(), e))
+
+    runner = threading.Thread(target=head)
+    runner.start()
+    complete = "checkpoints/checkpoint-*/trainer_state.json"
+    deadline = time.time() + 300
+    while not list(out.glob(complete)):
+        assert time.time() < deadline and runner.is_alive(), f"no checkpoint; head log:\n{(out / 'worker.log').read_text()}"
+        time.sleep(0.02)
+    killed_at = time.monotonic()
+    os.kill(follower.pid, signal.SIGKILL)  # the node's process alone: its ranks must not outlive it
+    follower.wait()  # reaped, as a lost machine's processes are gone (a zombie would still answer kill -0)
+    runner.join(timeout=120)
+    assert failures, "the head did not fail after node 1 was lost"
+    assert failures[0][0] - killed_at < 30 + 15, "the head hung past the node timeout"
+    assert not (out / "result.json").exists()
+    node_log = (out / "worker-node1.log").read_text()
+    assert "--node_rank 1" in node_log and "dist_world_size=2" in node_log
+    time.sleep(3)  # the ranks' watch of their `posttrain node` runs every 2 s
+    assert subprocess.run(["pgrep", "-f", str(spec)], capture_output=True).stdout == b"", "a rank outlived its node"
+    saved = max(int(p.parent.name.split("-")[1]) for p in out.glob(complete))
+    assert saved < MAX_STEPS
+
+    # 3. node 1 comes back; the rerun resumes from the newest complete checkpoint on both nodes
+    follower = start_follower(home, tmp_path / "follower.log", "--once")
+    run_worker(spec, two_nodes(60), out / "rerun.log", env)
+    assert follower.wait(timeout=60) == 0
+    result = json.loads((out / "result.json").read_text())
+    assert result["metrics"]["train/resumed_from_step"] == saved
+    assert result["metrics"]["train/global_step"] == MAX_STEPS
+    assert "dist_world_size=2" in (out / "rerun.log").read_text()
+    assert f"resuming from {out / 'checkpoints' / f'checkpoint-{saved}'}" in (out / "worker-node1.log").read_text()
+    # the same output as a one-node stage: a consolidated model that loads
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(out / "model") is not None
+    assert not _alive(follower.pid)
