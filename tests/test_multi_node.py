@@ -94,3 +94,22 @@ def test_two_nodes_train_one_stage_a_lost_node_fails_it_and_the_rerun_resumes(tm
 
     assert AutoModelForCausalLM.from_pretrained(out / "model") is not None
     assert not _alive(follower.pid)
+
+
+def test_the_ssh_launch_hands_deepspeed_the_hostfile_and_the_environment(tmp_path, tiny_model, monkeypatch):
+    """DeepSpeed's own multi-node launch (pdsh over ssh) cannot reach other machines here: this runs
+    it as far as it goes (the real runner, which stops at its ssh check) and checks what it was given."""
+    monkeypatch.setenv("POSTTRAIN_HOME", str(tmp_path / "home"))
+    out = tmp_path / "out"
+    spec = sft_spec(out, str(tiny_model), str(REPO / "infra/deepspeed/zero2.json"))
+    launch = LaunchSpec(mode="deepspeed", nodes=["gpu-a slots=8", "gpu-b slots=8"])
+    env = {"POSTTRAIN_HOME": str(tmp_path / "home"), "MLFLOW_TRACKING_URI": "http://tracking:5000"}
+    with pytest.raises(StageFailed):
+        run_worker(spec, launch, out / "worker.log", env)
+    assert (out / "hostfile").read_text() == "gpu-a slots=8\ngpu-b slots=8\n"
+    assert (out / "deepspeed_env").read_text().splitlines() == [f"POSTTRAIN_HOME={tmp_path / 'home'}",
+                                                                "MLFLOW_TRACKING_URI=http://tracking:5000"]
+    log = (out / "worker.log").read_text()
+    assert f"--hostfile {out / 'hostfile'} --master_addr gpu-a --master_port 29500 --module pipeline.worker" in log
+    assert "--no_ssh" not in log
+    assert "host=gpu-a was not reachable via ssh" in log  # how far it got: DeepSpeed's runner checked ssh

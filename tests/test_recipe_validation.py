@@ -200,3 +200,42 @@ def test_a_gate_needs_an_evaluated_stage_with_one_input_model():
     assert "stages[5].gate" in msg and "no single input model" in msg
     recipe = load_recipe("smoke", "tiny", ["stages.polish.gate={metric: accuracy, min_delta: 0.05, on_fail: warn}"]).recipe
     assert recipe.stages[1].gate.metric == "eval/accuracy"  # the shorthand names the held-out metric
+
+
+def test_multi_node_and_rollout_server_settings_are_checked(tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("gpu-a slots=8\n# a spare\ngpu-b slots=8  # rack 2\n")
+    ds = ["stages.polish.launcher.mode=deepspeed"]
+    r = load_recipe("smoke", "tiny", ds + [f"stages.polish.launcher.nodes={hostfile}", "stages.polish.launcher.no_ssh=true"])
+    assert r.recipe.stages[1].launcher.nodes == ["gpu-a slots=8", "gpu-b slots=8"]  # read once: the plan carries it
+    assert f"stages[1].launcher.nodes: no hostfile at {tmp_path / 'nope'}" in \
+        refused("smoke", overrides=ds + [f"stages.polish.launcher.nodes={tmp_path / 'nope'}"])
+    assert "'gpu-a' is not a hostfile line `<host> slots=<N>`" in \
+        refused("smoke", overrides=ds + ["stages.polish.launcher.nodes=[gpu-a]"])
+    assert "host 'a' is listed twice" in refused("smoke", overrides=ds + ["stages.polish.launcher.nodes=[a slots=1, a slots=2]"])
+    assert "multi-node stages run under mode: deepspeed" in refused("smoke", overrides=["stages.polish.launcher.nodes=[a slots=1]"])
+    assert "each host's slots are its ranks; remove ranks" in \
+        refused("smoke", overrides=ds + ["stages.polish.launcher.ranks=2", "stages.polish.launcher.nodes=[a slots=2]"])
+    assert "no_ssh applies to a multi-node launch" in refused("smoke", overrides=ds + ["stages.polish.launcher.no_ssh=true"])
+    msg = refused("smoke", overrides=["stages.polish.launcher.rollout_server={gpus: 1}"])
+    assert "stages[1].launcher.rollout_server: a rollout server serves `rollout: vllm_server` stages" in msg
+    msg = refused("curated_rl", overrides=["stages.rl.rollout=vllm_server"])
+    assert "launcher.rollout_server: rollout: vllm_server needs launcher.rollout_server" in msg
+    msg = refused("curated_rl", overrides=["stages.rl.rollout=vllm_server", "stages.rl.launcher={mode: deepspeed, ranks: 7, "
+                                           "gpus_per_node: 8, rollout_server: {gpus: 2}}"])
+    assert "the rollout server's 2 GPU(s) plus 7 trainer rank(s) exceed gpus_per_node 8" in msg
+    assert "tensor_parallel_size 2 does not divide the server's 3 GPUs" in \
+        refused("curated_rl", overrides=["stages.rl.launcher.rollout_server={gpus: 3, tensor_parallel_size: 2}"])
+
+
+def test_the_cache_key_keeps_a_launchs_shape_not_its_addresses():
+    from stages.kinds.launch import LaunchSpec, launch_key
+
+    def key(**fields):
+        return launch_key(LaunchSpec(mode="deepspeed", **fields))
+
+    pods = key(nodes=["pod-0 slots=8", "pod-1 slots=8"], no_ssh=True, master_addr="pod-0", master_port=29500)
+    assert pods == key(nodes=["job7-0 slots=8", "job7-1 slots=8"], no_ssh=True, master_port=29611,
+                       node_timeout_s=600, timeout_s=3600)  # a resubmitted job finds the same output and resumes
+    assert pods != key(nodes=["pod-0 slots=8", "pod-1 slots=4"])
+    assert key(ranks=2) != key(ranks=4) and key(ranks=2) != key(ranks=2, deepspeed_config="zero3")
