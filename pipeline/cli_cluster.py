@@ -18,9 +18,9 @@ def cmd_serve(args) -> int:
         print(f"posttrain: using {prefect_api.connect()}", flush=True)
         from pipeline.pools import deploy_to_pool
 
-        ids = deploy_to_pool(args.pool, args.profile, image=args.image)
-        print(f"deployed {len(ids)} recipes to work pool {args.pool!r}: {', '.join(ids)}; "
-              f"start them with `prefect deployment run run-recipe/<recipe>` or from the UI")
+        names = deploy_to_pool(args.pool, args.profile, image=args.image)
+        print(f"deployed {len(names)} recipes to work pool {args.pool!r}: {', '.join(names)}; a pool worker runs "
+              f"them: start one from the UI or with `prefect deployment run {names[0]}`")
         return 0
     print(f"posttrain: using {prefect_api.connect()}", flush=True)
     from prefect import serve

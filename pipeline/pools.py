@@ -16,7 +16,8 @@ ENTRYPOINT = "pipeline/flow.py:run_recipe"
 
 
 def deploy_to_pool(pool: str, profile: str, source: Path = REPO_ROOT, image: str | None = None) -> dict[str, str]:
-    """One deployment per recipe on `pool`; returns {recipe: deployment id}. The pool must exist."""
+    """One deployment per recipe on `pool`, named `<recipe>-<pool>` so that deploying to a second pool
+    does not move the first pool's deployments; returns `<flow>/<deployment>` names. The pool must exist."""
     from prefect import Flow
     from prefect.client.orchestration import get_client
 
@@ -25,11 +26,12 @@ def deploy_to_pool(pool: str, profile: str, source: Path = REPO_ROOT, image: str
     with get_client(sync_client=True) as client:
         client.read_work_pool(pool)  # a clear ObjectNotFound before anything is deployed
     flow = Flow.from_source(source=str(source), entrypoint=ENTRYPOINT)
-    ids = {}
+    names = []
     for name in list_recipes():
-        ids[name] = str(flow.deploy(
-            name=name, work_pool_name=pool, image=image, build=False, push=False, print_next_steps=False,
+        flow.deploy(
+            name=f"{name}-{pool}", work_pool_name=pool, image=image, build=False, push=False, print_next_steps=False,
             parameters={"recipe": name, "profile": profile, "overrides": []},
             description=f"posttrain recipe {name} (profile {profile}); any recipe, profile and --set overrides "
-                        "can be chosen in the run form"))
-    return ids
+                        "can be chosen in the run form")
+        names.append(f"{flow.name}/{name}-{pool}")
+    return names

@@ -213,7 +213,8 @@ def test_multi_node_and_rollout_server_settings_are_checked(tmp_path):
     assert "'gpu-a' is not a hostfile line `<host> slots=<N>`" in \
         refused("smoke", overrides=ds + ["stages.polish.launcher.nodes=[gpu-a]"])
     assert "host 'a' is listed twice" in refused("smoke", overrides=ds + ["stages.polish.launcher.nodes=[a slots=1, a slots=2]"])
-    assert "multi-node stages run under mode: deepspeed" in refused("smoke", overrides=["stages.polish.launcher.nodes=[a slots=1]"])
+    assert "multi-node stages run under mode: deepspeed" in \
+        refused("smoke", overrides=["stages.polish.launcher.nodes=[a slots=1]"])
     assert "each host's slots are its ranks; remove ranks" in \
         refused("smoke", overrides=ds + ["stages.polish.launcher.ranks=2", "stages.polish.launcher.nodes=[a slots=2]"])
     assert "no_ssh applies to a multi-node launch" in refused("smoke", overrides=ds + ["stages.polish.launcher.no_ssh=true"])
