@@ -44,6 +44,8 @@ def test_sft_under_deepspeed_launcher_with_two_ranks(tmp_path, tiny_model):
     assert "--num_gpus 2" in text and "dist_world_size=2" in text
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["metrics"]["train/global_step"] == 4
+    assert result["metrics"]["train/tokens"] > 4 * 4 * 2 * 10  # 4 steps x 4 rows x 2 ranks of >10 tokens
+    assert result["metrics"]["train/tokens_per_second"] > 0
     assert (tmp_path / "out" / "model" / "model.safetensors").exists()
 
 

@@ -196,8 +196,20 @@ def save_model(trainer, tokenizer, ctx: StageContext) -> Path:
 
 
 def train_metrics(trainer, resumed_from: str | None) -> dict:
+    """Loss, steps and, where TRL counts them (`num_tokens`: prompt and completion tokens, padding
+    excluded), tokens trained on and their rate over the trainer's own runtime. After a resume TRL's
+    count includes the steps before it, so no rate is given then."""
     history = [h for h in trainer.state.log_history if "loss" in h]
-    return {"train/final_loss": history[-1]["loss"] if history else float("nan"),
-            "train/first_loss": history[0]["loss"] if history else float("nan"),
-            "train/global_step": float(trainer.state.global_step),
-            "train/resumed_from_step": float(checkpoint_step(resumed_from))}
+    metrics = {"train/final_loss": history[-1]["loss"] if history else float("nan"),
+               "train/first_loss": history[0]["loss"] if history else float("nan"),
+               "train/global_step": float(trainer.state.global_step),
+               "train/resumed_from_step": float(checkpoint_step(resumed_from))}
+    tokens = [h["num_tokens"] for h in trainer.state.log_history if "num_tokens" in h]
+    runtime = [h["train_runtime"] for h in trainer.state.log_history if "train_runtime" in h]
+    if tokens:
+        metrics["train/tokens"] = float(tokens[-1])
+    if runtime:
+        metrics["train/runtime_s"] = float(runtime[-1])
+        if tokens and not resumed_from:
+            metrics["train/tokens_per_second"] = float(tokens[-1]) / max(runtime[-1], 1e-9)
+    return metrics
