@@ -1,8 +1,9 @@
 """Two simulated nodes on this machine train one SFT stage together: the head's launcher (node 0, as
 `posttrain run` runs it) and a follower (`posttrain node --rank 1`), one CPU rank each, DeepSpeed
 `--no_ssh` launchers meeting on loopback through a shared POSTTRAIN_HOME. A node that never joins,
-and a node that is killed mid-stage, fail the stage on the head within the stated timeout; the
-rerun resumes from the last checkpoint."""
+a node whose process is killed mid-stage, and a node that freezes (no TCP reset, so only the
+heartbeat can tell) fail the stage on the head within the stated timeout, and no rank of the lost
+node survives it; the rerun resumes from the last checkpoint on both nodes."""
 
 import json
 import os
@@ -34,6 +35,51 @@ def start_follower(home, log, *flags) -> subprocess.Popen:
                             stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def _descendants_of(pid: int) -> list[int]:
+    """The processes that inherited `posttrain node`'s watch pid: its launcher, DeepSpeed's and the ranks."""
+    found = []
+    for proc in os.listdir("/proc"):
+        try:
+            if proc.isdigit() and f"POSTTRAIN_WATCH_PID={pid}".encode() in open(f"/proc/{proc}/environ", "rb").read():
+                found.append(int(proc))
+        except OSError:
+            pass
+    return found
+
+
+def lose_node_after_a_checkpoint(home, out, spec, env, tmp_path, after_step: int, lose, timeout_s: int):
+    """Run the stage on two nodes until a checkpoint newer than `after_step`, `lose(follower)`, and
+    return (seconds from the loss to the head's failure, the failure, the newest complete checkpoint)."""
+    follower = start_follower(home, tmp_path / "follower.log")
+    failures: list[tuple[float, BaseException]] = []
+
+    def head():
+        try:
+            run_worker(spec, two_nodes(timeout_s), out / "worker.log", env)
+        except StageFailed as e:
+            failures.append((time.monotonic(), e))
+
+    runner = threading.Thread(target=head)
+    runner.start()
+    deadline = time.time() + 300
+    while _newest_checkpoint(out) <= after_step:
+        assert time.time() < deadline and runner.is_alive(), f"no checkpoint; head log:\n{(out / 'worker.log').read_text()}"
+        time.sleep(0.02)
+    lost_at = time.monotonic()
+    lose(follower)
+    runner.join(timeout=120)
+    assert failures, "the head did not fail after node 1 was lost"
+    assert not (out / "result.json").exists()
+    saved = _newest_checkpoint(out)
+    assert saved < MAX_STEPS
+    return failures[0][0] - lost_at, failures[0][1], saved
+
+
+def _newest_checkpoint(out) -> int:
+    return max((int(p.parent.name.split("-")[1]) for p in out.glob("checkpoints/checkpoint-*/trainer_state.json")),
+               default=0)
+
+
 def test_two_nodes_train_one_stage_a_lost_node_fails_it_and_the_rerun_resumes(tmp_path, tiny_model, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("POSTTRAIN_HOME", str(home))
@@ -47,38 +93,36 @@ def test_two_nodes_train_one_stage_a_lost_node_fails_it_and_the_rerun_resumes(tm
     with pytest.raises(StageFailed, match="node 1 has not joined after 8 s"):
         run_worker(spec, two_nodes(8), out / "worker.log", env)
     assert time.monotonic() - started < 8 + 30
+    print(f"the head gave up on a missing node after {time.monotonic() - started:.1f} s")
     assert json.loads((home / "nodes" / "launch.json").read_text())["state"] == "withdrawn"
 
-    # 2. node 1 joins, then its machine is lost (SIGKILL of `posttrain node`) after the first checkpoint
-    follower = start_follower(home, tmp_path / "follower.log")
-    failures: list[tuple[float, BaseException]] = []
+    # 2. node 1 joins, then its `posttrain node` is SIGKILLed after a checkpoint: its ranks must not outlive it
+    def kill(follower):
+        os.kill(follower.pid, signal.SIGKILL)
+        follower.wait()  # reaped, as a lost machine's processes are gone (a zombie would still answer kill -0)
 
-    def head():
-        try:
-            run_worker(spec, two_nodes(30), out / "worker.log", env)
-        except StageFailed as e:
-            failures.append((time.monotonic(), e))
-
-    runner = threading.Thread(target=head)
-    runner.start()
-    complete = "checkpoints/checkpoint-*/trainer_state.json"
-    deadline = time.time() + 300
-    while not list(out.glob(complete)):
-        assert time.time() < deadline and runner.is_alive(), f"no checkpoint; head log:\n{(out / 'worker.log').read_text()}"
-        time.sleep(0.02)
-    killed_at = time.monotonic()
-    os.kill(follower.pid, signal.SIGKILL)  # the node's process alone: its ranks must not outlive it
-    follower.wait()  # reaped, as a lost machine's processes are gone (a zombie would still answer kill -0)
-    runner.join(timeout=120)
-    assert failures, "the head did not fail after node 1 was lost"
-    assert failures[0][0] - killed_at < 30 + 15, "the head hung past the node timeout"
-    assert not (out / "result.json").exists()
+    lost_after, error, saved = lose_node_after_a_checkpoint(home, out, spec, env, tmp_path, 0, kill, timeout_s=30)
+    assert lost_after < 30 + 15, "the head hung past the node timeout"
+    print(f"head failed {lost_after:.1f} s after node 1 was killed: {str(error)[:160]}")
     node_log = (out / "worker-node1.log").read_text()
     assert "--node_rank 1" in node_log and "dist_world_size=2" in node_log
     time.sleep(3)  # the ranks' watch of their `posttrain node` runs every 2 s
     assert subprocess.run(["pgrep", "-f", str(spec)], capture_output=True).stdout == b"", "a rank outlived its node"
-    saved = max(int(p.parent.name.split("-")[1]) for p in out.glob(complete))
-    assert saved < MAX_STEPS
+
+    # 2b. the rerun resumes; then node 1 freezes (a machine lost without a TCP reset: the head's
+    # collective would wait 30 minutes): its silence fails the stage after node_timeout_s
+    frozen: list[int] = []
+
+    def freeze(follower):
+        frozen.extend([follower.pid, *_descendants_of(follower.pid)])
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+
+    lost_after, error, saved = lose_node_after_a_checkpoint(home, out, spec, env, tmp_path, saved, freeze, timeout_s=10)
+    for pid in frozen:
+        os.kill(pid, signal.SIGKILL)
+    assert "node 1 has not reported for 10 s" in str(error) and lost_after < 10 + 15
+    print(f"head failed {lost_after:.1f} s after node 1 froze")
 
     # 3. node 1 comes back; the rerun resumes from the newest complete checkpoint on both nodes
     follower = start_follower(home, tmp_path / "follower.log", "--once")
