@@ -112,7 +112,10 @@ def posted_launch(spec_path: Path, hostfile: Path, launch: LaunchSpec, master_ad
                   nodes: int) -> Iterator[Posted]:
     """Post a multi-node stage for the follower nodes, for as long as the head runs it. One
     multi-node stage at a time per POSTTRAIN_HOME: a second one waits for the lock."""
-    with held(lock_path("nodes", "launch")):
+    def waiting(holder: str) -> None:
+        print(f"posttrain: another multi-node stage (pid {holder}) holds the nodes; waiting for it", flush=True)
+
+    with held(lock_path("nodes", "launch"), on_wait=waiting):
         record = {"id": uuid.uuid4().hex, "spec": str(spec_path), "hostfile": str(hostfile), "nodes": nodes,
                   "master_addr": master_addr, "master_port": launch.master_port, "env": env,
                   "log_dir": str(spec_path.parent), "timeout_s": launch.node_timeout_s}
