@@ -157,3 +157,9 @@ def test_the_ssh_launch_hands_deepspeed_the_hostfile_and_the_environment(tmp_pat
     assert f"--hostfile {out / 'hostfile'} --master_addr gpu-a --master_port 29500 --module pipeline.worker" in log
     assert "--no_ssh" not in log
     assert "host=gpu-a was not reachable via ssh" in log  # how far it got: DeepSpeed's runner checked ssh
+
+
+def test_rank_zero_is_the_head_not_a_follower(tmp_path):
+    proc = subprocess.run([POSTTRAIN, "node", "--rank", "0"], env=cli_env(tmp_path / "home"), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "node rank 0 is the head: it runs `posttrain run`" in proc.stderr
