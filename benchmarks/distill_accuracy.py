@@ -7,36 +7,22 @@ Usage: .venv/bin/python benchmarks/distill_accuracy.py [--profile demo]
 """
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-POSTTRAIN = str(Path(sys.executable).parent / "posttrain")
+from recipe_runs import ROOT, fresh_home, latest_stages, run_recipe
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="demo")
     a = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="bench-distill-accuracy-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
-    env["POSTTRAIN_HOME"] = str(home)
+    _, env = fresh_home("bench-distill-accuracy-")
     recipe = str(ROOT / "benchmarks" / "recipes" / "distill_accuracy.yaml")
-    started = time.perf_counter()
     # The profile sets the evaluation (mixed difficulties); these sums are what the teacher learned.
     held_out = ["--set", "eval.data={source: synthetic_math, split: eval, n: 24, params: {difficulties: [1]}}",
                 "--set", "eval.max_new_tokens=64"]
-    subprocess.run([POSTTRAIN, "run", recipe, "--profile", a.profile, *held_out], cwd=ROOT, env=env, check=True)
-    wall = time.perf_counter() - started
-    show = subprocess.run([POSTTRAIN, "show", "latest", "--json"], cwd=ROOT, env=env, check=True,
-                          capture_output=True, text=True)
-    stage = json.loads(show.stdout)["stages"][-1]
-    m = stage["metrics"]
+    _, wall = run_recipe(recipe, env, "--profile", a.profile, *held_out)
+    m = latest_stages(env)[-1]["metrics"]
     print(f"profile {a.profile}, {wall:.0f} s in all; held-out accuracy on {m.get('eval/n', 24):.0f} sums:")
     print("| student before | student after | teacher | KL(teacher || student) before -> after | traces kept |")
     print("| --- | --- | --- | --- | --- |")

@@ -16,14 +16,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import yaml
+from recipe_runs import ROOT, fresh_home, latest_stages, run_recipe
 
-ROOT = Path(__file__).resolve().parent.parent
-POSTTRAIN = str(Path(sys.executable).parent / "posttrain")
 H200_BF16_FLOPS = 989e12
 FULL = {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 32, "num_attention_heads": 12,
         "num_key_value_heads": 2, "head_dim": 128}
@@ -71,20 +69,15 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="results JSON (default: benchmarks/results/gpu_smoke[-shrunk].json)")
     a = ap.parse_args()
     out = Path(a.out or ROOT / "benchmarks" / "results" / f"gpu_smoke{'-shrunk' if a.shrink else ''}.json")
-    work = Path(tempfile.mkdtemp(prefix="gpu-smoke-"))
-    home = work / "home"
+    work, env = fresh_home("gpu-smoke-")  # the model is built inside the home
     started = time.perf_counter()
-    params = build_model(work / "model", SHRUNK if a.shrink else FULL, home)
+    params = build_model(work / "model", SHRUNK if a.shrink else FULL, work)
     built = time.perf_counter() - started
     print(f"random Qwen3: {params / 1e6:,.1f} M parameters, built in {built:.0f} s", flush=True)
     (work / "gpu_smoke.yaml").write_text(yaml.safe_dump(recipe(work / "model", a.shrink), sort_keys=False))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
-    env["POSTTRAIN_HOME"] = str(home)
-    run = subprocess.run([POSTTRAIN, "run", str(work / "gpu_smoke.yaml")], cwd=ROOT, env=env)
-    show = subprocess.run([POSTTRAIN, "show", "latest", "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
-    stages = json.loads(show.stdout)["stages"] if show.returncode == 0 else []
+    code, _ = run_recipe(str(work / "gpu_smoke.yaml"), env, check=False)
     rows = []
-    for stage in stages:
+    for stage in latest_stages(env):
         m = stage.get("metrics", {})
         rate = m.get("train/tokens_per_second")
         rows.append({"stage": stage["name"], "status": stage.get("status"), "steps": m.get("train/global_step"),
@@ -95,17 +88,17 @@ def main() -> int:
         device = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                                 text=True).stdout.strip() or "unknown GPU"
     result = {"date": time.strftime("%Y-%m-%d"), "device": device, "parameters": params, "shrunk": a.shrink,
-              "exit_code": run.returncode, "wall_s": round(time.perf_counter() - started, 1), "stages": rows}
+              "exit_code": code, "wall_s": round(time.perf_counter() - started, 1), "stages": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{device}, {params / 1e6:,.1f} M parameters, {result['wall_s']:.0f} s in all (posttrain run exit {run.returncode})")
+    print(f"\n{device}, {params / 1e6:,.1f} M parameters, {result['wall_s']:.0f} s in all (posttrain run exit {code})")
     print("| stage | steps | tokens | runtime s | tokens/s | MFU |\n| --- | --- | --- | --- | --- | --- |")
     for r in rows:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
         print(f"| {r['stage']} | {r['steps']:.0f} | {r['tokens'] or 0:.0f} | {r['runtime_s'] or 0:.1f} | "
               f"{r['tokens_per_s'] or 0:.0f} | {mfu} |")
     print(f"results: {out}")
-    return run.returncode
+    return code
 
 
 if __name__ == "__main__":

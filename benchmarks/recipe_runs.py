@@ -1,0 +1,32 @@
+"""What the evidence scripts share: run a recipe with `posttrain run` in a fresh POSTTRAIN_HOME (no
+Prefect or MLflow settings of the caller leak in) and read its stages back from `posttrain show`."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+POSTTRAIN = str(Path(sys.executable).parent / "posttrain")
+
+
+def fresh_home(prefix: str) -> tuple[Path, dict[str, str]]:
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+    return home, {**env, "POSTTRAIN_HOME": str(home)}
+
+
+def run_recipe(recipe: str, env: dict[str, str], *args: str, check: bool = True) -> tuple[int, float]:
+    """`posttrain run RECIPE ARGS...`: its exit code and wall seconds."""
+    started = time.perf_counter()
+    done = subprocess.run([POSTTRAIN, "run", recipe, *args], cwd=ROOT, env=env, check=check)
+    return done.returncode, time.perf_counter() - started
+
+
+def latest_stages(env: dict[str, str]) -> list[dict]:
+    """The latest run's stages (name, status, metrics, ...), as `posttrain show latest --json` gives them."""
+    show = subprocess.run([POSTTRAIN, "show", "latest", "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
+    return json.loads(show.stdout)["stages"] if show.returncode == 0 else []
