@@ -31,11 +31,6 @@ def cmd_run(args) -> int:
     from pipeline import prefect_api, runs
 
     def warm_up():  # overlaps imports and MLflow's store set-up with a temporary server's start
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot  # the stage comparison plot at the end
-
         import pipeline.flow  # noqa: F401
         from pipeline import tracking
 

@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError
 
 from data_curation.sources import check_data_spec
 from pipeline.models import check_model_ref
+from pipeline.probe_cache import remembered_probes
 from stages.kinds.common import Strict, field_loc
 from stages.kinds.evaluate import EvalSpec
 from stages.kinds.launch import host_slots
@@ -369,7 +370,8 @@ def load_recipe(ref: str, profile: str | None = None, overrides: list[str] | Non
         errors += [m for m in _pydantic_errors(e, data, where, str(path)) if m not in errors]
     if errors:
         raise RecipeError(errors)
-    errors = _semantic_errors(recipe, where, str(path))
+    with remembered_probes():
+        errors = _semantic_errors(recipe, where, str(path))
     if errors:
         raise RecipeError(errors)
     return ResolvedRecipe(recipe=recipe, profile=profile, source=path, overrides=overrides)

@@ -8,6 +8,7 @@ here; logged-model tags in `model_store`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -270,10 +271,6 @@ def log_stage_comparison(parent_id: str, stages: list[dict], table: list[dict] |
     """On the pipeline's parent run: bars of the headline held-out metrics per stage (with each
     stage's input model as a marker), accuracy against thinking budget per stage when measured,
     the compare table (`stage_comparison.json`) and every stage's metrics."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     c = client()
     c.log_dict(parent_id, {s["name"]: s["metrics"] for s in stages}, "stage_metrics.json")
     if table:
@@ -281,34 +278,60 @@ def log_stage_comparison(parent_id: str, stages: list[dict], table: list[dict] |
                                      for k in table[0]}, artifact_file="stage_comparison.json")
     keys = [k for k in PANELS if any(k in s["metrics"] for s in stages)]
     if keys:
-        fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 3.4), squeeze=False)
-        for ax, key in zip(axes[0], keys):
-            shown = [s for s in stages if key in s["metrics"]]
-            names = [s["name"] for s in shown]
-            ax.bar(names, [s["metrics"][key] for s in shown], color="#4C72B0", label="stage")
-            inputs = [(n, s["metrics"][f"input/{key}"]) for n, s in zip(names, shown) if f"input/{key}" in s["metrics"]]
-            if inputs:
-                ax.scatter([n for n, _ in inputs], [v for _, v in inputs], color="#DD8452", zorder=3, label="input model")
-            ax.set_title(key.removeprefix("eval/"), fontsize=9)
-            ax.tick_params(axis="x", labelrotation=30, labelsize=8)
-        axes[0][0].legend(fontsize=7)
-        fig.suptitle("held-out evaluation after each stage (dots: the model it started from)")
-        fig.tight_layout()
-        c.log_figure(parent_id, fig, "stage_comparison.png")
-        plt.close(fig)
+        bars = [(key, [(s["name"], s["metrics"][key], s["metrics"].get(f"input/{key}")) for s in stages
+                       if key in s["metrics"]]) for key in keys]
+        c.log_artifact(parent_id, str(figure_file("stage_comparison.png", bars, _draw_bars)))
     curves = {s["name"]: budget_points(s["metrics"]) for s in stages}
     curves = {name: pts for name, pts in curves.items() if len(pts) > 1}
     if curves:
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
-        for name, pts in curves.items():
-            ax.plot([str(b) for b, _ in pts], [a for _, a in pts], marker="o", label=name)
-        ax.set_xlabel("thinking budget (tokens)")
-        ax.set_ylabel("accuracy")
-        ax.legend(fontsize=7)
-        fig.suptitle("accuracy against thinking budget, per stage")
-        fig.tight_layout()
-        c.log_figure(parent_id, fig, "budget_curves.png")
+        c.log_artifact(parent_id, str(figure_file("budget_curves.png", curves, _draw_budget_curves)))
+
+
+def figure_file(name: str, data, draw) -> Path:
+    """`draw(plt, data)` saved as PNG, once per distinct `data` ($POSTTRAIN_HOME/cache/plots/): a
+    rerun whose stages all come from the cache shows the same figures without importing matplotlib."""
+    key = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    path = home() / "cache" / "plots" / key / name
+    if not path.exists():
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig = draw(plt, data)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{name}.{os.getpid()}.tmp.png")
+        fig.savefig(tmp)
         plt.close(fig)
+        os.replace(tmp, path)
+    return path
+
+
+def _draw_bars(plt, bars: list):
+    fig, axes = plt.subplots(1, len(bars), figsize=(3.4 * len(bars), 3.4), squeeze=False)
+    for ax, (key, shown) in zip(axes[0], bars):
+        names = [name for name, _, _ in shown]
+        ax.bar(names, [value for _, value, _ in shown], color="#4C72B0", label="stage")
+        inputs = [(name, before) for name, _, before in shown if before is not None]
+        if inputs:
+            ax.scatter([n for n, _ in inputs], [v for _, v in inputs], color="#DD8452", zorder=3, label="input model")
+        ax.set_title(key.removeprefix("eval/"), fontsize=9)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("held-out evaluation after each stage (dots: the model it started from)")
+    fig.tight_layout()
+    return fig
+
+
+def _draw_budget_curves(plt, curves: dict):
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for name, pts in curves.items():
+        ax.plot([str(b) for b, _ in pts], [a for _, a in pts], marker="o", label=name)
+    ax.set_xlabel("thinking budget (tokens)")
+    ax.set_ylabel("accuracy")
+    ax.legend(fontsize=7)
+    fig.suptitle("accuracy against thinking budget, per stage")
+    fig.tight_layout()
+    return fig
 
 
 def budget_points(metrics: dict[str, float]) -> list[tuple[str, float]]:

@@ -40,7 +40,7 @@ def test_rerun_serves_every_stage_from_cache(smoke_runs):
     assert second["stages"][1]["metrics"] == first["stages"][1]["metrics"]
 
 
-def test_mlflow_parent_and_nested_stage_runs(smoke_runs):
+def test_mlflow_parent_and_nested_stage_runs(smoke_runs, tmp_path):
     first, second = smoke_runs
     client = mlflow.MlflowClient()
     parent = client.get_run(first["mlflow_run_id"])
@@ -49,6 +49,12 @@ def test_mlflow_parent_and_nested_stage_runs(smoke_runs):
     assert parent.info.status == "FINISHED"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"stage_comparison.png", "stage_metrics.json", "stage_comparison.json"} <= artifacts
+    # the cached rerun shows the same figure, drawn once ($POSTTRAIN_HOME/cache/plots) and logged again
+    rerun = {a.path for a in client.list_artifacts(second["mlflow_run_id"])}
+    assert "stage_comparison.png" in rerun
+    first_png = client.download_artifacts(parent.info.run_id, "stage_comparison.png", str(tmp_path / "a"))
+    second_png = client.download_artifacts(second["mlflow_run_id"], "stage_comparison.png", str(tmp_path / "b"))
+    assert Path(first_png).read_bytes() == Path(second_png).read_bytes()
     for stage in first["stages"]:
         run = client.get_run(stage["mlflow_run_id"])
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id

@@ -240,3 +240,26 @@ def test_the_cache_key_keeps_a_launchs_shape_not_its_addresses():
                        node_timeout_s=600, timeout_s=3600)  # a resubmitted job finds the same output and resumes
     assert pods != key(nodes=["pod-0 slots=8", "pod-1 slots=4"])
     assert key(ranks=2) != key(ranks=4) and key(ranks=2) != key(ranks=2, deepspeed_config="zero3")
+
+
+def test_earnability_passes_are_remembered_between_processes(tmp_path, monkeypatch):
+    """A passing probe is saved under POSTTRAIN_HOME per reward-code fingerprint, so the next process
+    skips the verifier pool; failures are never saved (test_unknown_reward... and r1_zero's checks)."""
+    import json
+
+    from pipeline.probe_cache import cache_file
+    from stages.rewards import earnable
+
+    monkeypatch.setenv("POSTTRAIN_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(earnable, "_EARNED", set())
+    load_recipe("smoke", "tiny")
+    saved = json.loads(cache_file().read_text())
+    assert any(key[0] == "accuracy_math" for key in saved)
+
+    monkeypatch.setattr(earnable, "_EARNED", set())  # a new process: nothing in memory
+
+    def no_scoring(*args, **kwargs):
+        raise AssertionError("a remembered probe was scored again")
+
+    monkeypatch.setattr(earnable, "get_reward", no_scoring)
+    load_recipe("smoke", "tiny")

@@ -23,7 +23,17 @@ def probe(name: str, template: str) -> tuple[str, str]:
     return reference_completion(template, answer=PROBE_GOLD), PROBE_GOLD
 
 
-_EARNED: set[tuple] = set()  # probes that scored their maximum in this process (a run validates twice)
+_EARNED: set[tuple] = set()  # probes that scored their maximum (a run validates twice; see `remember`)
+
+
+def earned() -> list[list]:
+    """The passing probes so far, as JSON-ready lists (pipeline.recipe keeps them between processes)."""
+    return sorted(list(key) for key in _EARNED)
+
+
+def remember(keys: list[list]) -> None:
+    """Take passing probes saved by an earlier process running the same reward code."""
+    _EARNED.update(tuple(key) for key in keys)
 
 
 def unearnable(specs, template: str, stage_max_length: int | None = None) -> list[tuple[tuple, str]]:
