@@ -153,9 +153,10 @@ def join(record: dict, rank: int) -> int:
             beat += 1
             report(rank, record["id"], "running", beat, log)
             now = _read(nodes_dir() / "launch.json") or {}
-            if now.get("id") != record["id"] or now.get("state") != "running":
+            if now.get("id") != record["id"] or now.get("state") == "withdrawn":
                 reason = "the head withdrew the stage"
             elif liveness.silent_for("head", now.get("beat", 0)) > record["timeout_s"]:
+                # a head that finished ("done") stops beating too: this node's ranks had that long to exit
                 reason = f"the head has not reported for {record['timeout_s']} s"
             if reason:
                 kill_group(proc)

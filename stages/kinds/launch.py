@@ -24,7 +24,7 @@ class RolloutServer(Strict):
     tensor_parallel_size: int | None = Field(None, ge=1, description="default: all of the server's GPUs")
     host: str = Field("127.0.0.1", description="the address the server binds to and the trainer calls")
     port: int = Field(8000, ge=1, le=65535)
-    startup_timeout_s: int = Field(900, ge=1, description="fail the stage when /health/ is not up by then")
+    startup_timeout_s: int = Field(900, ge=1, description="fail the stage when /health does not answer by then")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     extra_args: list[str] = Field(default_factory=list, description="more `trl vllm-serve` flags")
 
@@ -78,6 +78,8 @@ class LaunchSpec(Strict):
                                  "cannot be combined yet")
         elif self.no_ssh:
             raise ValueError("no_ssh applies to a multi-node launch: set nodes")
+        if self.rollout_server and self.mode == "inprocess":
+            raise ValueError("a rollout server runs beside a worker process: use mode subprocess or deepspeed")
         if self.rollout_server and self.gpus_per_node and self.ranks + self.rollout_server.gpus > self.gpus_per_node:
             raise ValueError(f"the rollout server's {self.rollout_server.gpus} GPU(s) plus {self.ranks} trainer "
                              f"rank(s) exceed gpus_per_node {self.gpus_per_node}")
@@ -101,15 +103,14 @@ def parse_host_lines(lines: list[str], where: str) -> list[tuple[str, int]]:
     return hosts
 
 
-def host_slots(launch: LaunchSpec, base: Path | None = None) -> list[tuple[str, int]]:
-    """The launch's hosts and slots; a hostfile path is read relative to `base` (the recipe's dir)."""
+def host_slots(launch: LaunchSpec) -> list[tuple[str, int]]:
+    """The launch's hosts and slots; a hostfile path is read relative to the working directory
+    (recipe validation reads it once and replaces it by its lines)."""
     if isinstance(launch.nodes, list):
         return parse_host_lines(launch.nodes, "nodes")
     path = Path(launch.nodes or "")
-    if not path.is_absolute() and base is not None:
-        path = base / path
     if not path.is_file():
-        raise ValueError(f"no hostfile at {path}")
+        raise ValueError(f"no hostfile at {path.resolve()}")
     return parse_host_lines(path.read_text().splitlines(), str(path))
 
 
