@@ -3,9 +3,13 @@
 POSTTRAIN_HOME (default ./.posttrain) holds:
     mlflow.db    MLflow tracking store (unless MLFLOW_TRACKING_URI says otherwise)
     prefect/     PREFECT_HOME: Prefect's database and persisted task results (the stage cache)
-    models/      named models built or converted locally
+    models/      named models built or converted locally, and models fetched from MLflow (models/mlflow/)
+    mlartifacts/ the local MLflow store's artifacts, one directory per experiment
     stages/      stage outputs, one directory per (stage name, cache key)
     runs/        one JSON record per pipeline run, for `posttrain show`
+    locks/       one file lock per stage output (and per first-time store set-up)
+    nodes/       the multi-node rendezvous: the posted stage and each follower node's reports
+    cache/       passing earnability probes (per reward-code fingerprint) and drawn comparison figures
 """
 
 from __future__ import annotations
