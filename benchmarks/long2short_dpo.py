@@ -43,15 +43,15 @@ def main() -> int:
     _, wall = run_recipe(recipe, env, "--profile", a.profile, *overrides)
     stages = {s["name"]: s["metrics"] for s in latest_stages(env)}
     verbose, short = stages["verbose_sft"], stages["short_dpo"]
-    drop = verbose["eval/accuracy"] - short["eval/accuracy"]
+    change = short["eval/accuracy"] - verbose["eval/accuracy"]
     print(f"profile {a.profile}, {wall:.0f} s in all; held-out: {verbose['eval/n']:.0f} sums")
     print("| model | accuracy | completion tokens (mean) | thinking tokens (mean) |\n| --- | --- | --- | --- |")
     for name, m in (("verbose (SFT on padded thinking)", verbose), ("after long2short DPO", short)):
         print(f"| {name} | {m['eval/accuracy']:.3f} | {m['eval/completion_tokens_mean']:.1f} | "
               f"{m['eval/thinking_tokens_mean']:.1f} |")
     ratio = short["eval/completion_tokens_mean"] / max(verbose["eval/completion_tokens_mean"], 1e-9)
-    print(f"length x{ratio:.2f}; accuracy change {-drop:+.3f} (tolerance {a.tolerance:.2f}: "
-          f"{'holds' if drop <= a.tolerance else 'does not hold'}); DPO reward accuracy "
+    print(f"length x{ratio:.2f}; accuracy change {change:+.3f} (tolerance {a.tolerance:.2f}: "
+          f"{'holds' if -change <= a.tolerance else 'does not hold'}); DPO reward accuracy "
           f"{short.get('dpo/reward_accuracies', float('nan')):.2f}, margin {short.get('dpo/reward_margins', float('nan')):.2f}")
     return 0
 
