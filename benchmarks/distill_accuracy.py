@@ -4,18 +4,54 @@ accuracy before and after, the teacher's on the same set, the KL to the teacher 
 and how many teacher traces were kept.
 
 Usage: .venv/bin/python benchmarks/distill_accuracy.py [--profile demo]
+       .venv/bin/python benchmarks/distill_accuracy.py --reevaluate HOME [--n 96]
+         (the three models of HOME's latest run, on N held-out sums instead of the run's 24)
 """
 
 import argparse
+import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
-from recipe_runs import ROOT, fresh_home, latest_stages, run_recipe
+from recipe_runs import POSTTRAIN, ROOT, fresh_home, latest_stages, run_recipe
+
+HELD_OUT = {"source": "synthetic_math", "split": "eval", "params": {"difficulties": [1]}}
+
+
+def reevaluate(home: Path, n: int) -> None:
+    """Student before (the profile's student), student after and teacher, on `n` held-out sums."""
+    os.environ["POSTTRAIN_HOME"] = str(home)
+    sys.path.insert(0, str(ROOT))
+    from data_curation.sources import load_rows
+    from stages.kinds.evaluate import EvalSpec, evaluate
+
+    show = subprocess.run([POSTTRAIN, "show", "latest", "--json"], env={**os.environ}, capture_output=True,
+                          text=True, check=True)
+    stages = {s["name"]: s for s in json.loads(show.stdout)["stages"]}
+    spec = EvalSpec(data={**HELD_OUT, "n": n}, max_new_tokens=64)
+    rows = load_rows("synthetic_math", "eval", n, 0, HELD_OUT["params"])
+    models = {"student before": str(home / "models" / "smollm2-135m-student"),
+              "student after": str(Path(stages["distill_off"]["output_dir"]) / "model"),
+              "teacher": str(Path(stages["teacher_sft"]["output_dir"]) / "model")}
+    print(f"held-out: {len(rows)} difficulty-1 sums, greedy, 64 new tokens")
+    print("| model | accuracy | correct | format rate |\n| --- | --- | --- | --- |")
+    for name, model in models.items():
+        m, _ = evaluate(model, spec, rows)
+        print(f"| {name} | {m['eval/accuracy']:.3f} | {round(m['eval/accuracy'] * len(rows))} of {len(rows)} | "
+              f"{m['eval/format_rate']:.2f} |", flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="demo")
+    ap.add_argument("--reevaluate", type=Path, default=None, help="a finished run's POSTTRAIN_HOME")
+    ap.add_argument("--n", type=int, default=96, help="with --reevaluate: held-out sums")
     a = ap.parse_args()
+    if a.reevaluate:
+        reevaluate(a.reevaluate, a.n)
+        return 0
     _, env = fresh_home("bench-distill-accuracy-")
     recipe = str(ROOT / "benchmarks" / "recipes" / "distill_accuracy.yaml")
     # The profile sets the evaluation (mixed difficulties); these sums are what the teacher learned.
