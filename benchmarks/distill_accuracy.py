@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from recipe_runs import POSTTRAIN, ROOT, fresh_home, latest_stages, run_recipe
+from recipe_runs import POSTTRAIN, ROOT, fresh_home, latest_stages, run_recipe, table_header, table_row
 
 HELD_OUT = {"source": "synthetic_math", "split": "eval", "params": {"difficulties": [1]}}
 
@@ -36,11 +36,11 @@ def reevaluate(home: Path, n: int) -> None:
               "student after": str(Path(stages["distill_off"]["output_dir"]) / "model"),
               "teacher": str(Path(stages["teacher_sft"]["output_dir"]) / "model")}
     print(f"held-out: {len(rows)} difficulty-1 sums, greedy, 64 new tokens")
-    print("| model | accuracy | correct | format rate |\n| --- | --- | --- | --- |")
+    print(table_header("model", "accuracy", "correct", "format rate"))
     for name, model in models.items():
         m, _ = evaluate(model, spec, rows)
-        print(f"| {name} | {m['eval/accuracy']:.3f} | {round(m['eval/accuracy'] * len(rows))} of {len(rows)} | "
-              f"{m['eval/format_rate']:.2f} |", flush=True)
+        print(table_row(name, f"{m['eval/accuracy']:.3f}", f"{round(m['eval/accuracy'] * len(rows))} of {len(rows)}",
+                        f"{m['eval/format_rate']:.2f}"), flush=True)
 
 
 def main() -> int:
@@ -60,11 +60,11 @@ def main() -> int:
     _, wall = run_recipe(recipe, env, "--profile", a.profile, *held_out)
     m = latest_stages(env)[-1]["metrics"]
     print(f"profile {a.profile}, {wall:.0f} s in all; held-out accuracy on {m.get('eval/n', 24):.0f} sums:")
-    print("| student before | student after | teacher | KL(teacher || student) before -> after | traces kept |")
-    print("| --- | --- | --- | --- | --- |")
-    print(f"| {m['before/eval/accuracy']:.3f} | {m['eval/accuracy']:.3f} | {m['teacher/eval/accuracy']:.3f} | "
-          f"{m['distill/kl_before']:.2f} -> {m['distill/kl_after']:.2f} | "
-          f"{m['distill/traces_kept']:.0f} of {m['distill/teacher_traces']:.0f} |")
+    print(table_header("student before", "student after", "teacher", "KL(teacher || student) before -> after",
+                       "traces kept"))
+    print(table_row(f"{m['before/eval/accuracy']:.3f}", f"{m['eval/accuracy']:.3f}", f"{m['teacher/eval/accuracy']:.3f}",
+                    f"{m['distill/kl_before']:.2f} -> {m['distill/kl_after']:.2f}",
+                    f"{m['distill/traces_kept']:.0f} of {m['distill/teacher_traces']:.0f}"))
     return 0
 
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import yaml
-from recipe_runs import ROOT, fresh_home, latest_stages, run_recipe
+from recipe_runs import ROOT, fresh_home, latest_stages, run_recipe, table_header, table_row
 
 H200_BF16_FLOPS = 989e12
 FULL = {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 32, "num_attention_heads": 12,
@@ -92,11 +92,11 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\n{device}, {params / 1e6:,.1f} M parameters, {result['wall_s']:.0f} s in all (posttrain run exit {code})")
-    print("| stage | steps | tokens | runtime s | tokens/s | MFU |\n| --- | --- | --- | --- | --- | --- |")
+    print(table_header("stage", "steps", "tokens", "runtime s", "tokens/s", "MFU"))
     for r in rows:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
-        print(f"| {r['stage']} | {r['steps']:.0f} | {r['tokens'] or 0:.0f} | {r['runtime_s'] or 0:.1f} | "
-              f"{r['tokens_per_s'] or 0:.0f} | {mfu} |")
+        print(table_row(r["stage"], f"{r['steps']:.0f}", f"{r['tokens'] or 0:.0f}", f"{r['runtime_s'] or 0:.1f}",
+                        f"{r['tokens_per_s'] or 0:.0f}", mfu))
     print(f"results: {out}")
     return code
 

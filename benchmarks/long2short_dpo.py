@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from recipe_runs import ROOT, fresh_home, latest_stages, run_recipe
+from recipe_runs import ROOT, fresh_home, latest_stages, run_recipe, table_header, table_row
 
 sys.path.insert(0, str(ROOT))
 
@@ -45,10 +45,10 @@ def main() -> int:
     verbose, short = stages["verbose_sft"], stages["short_dpo"]
     change = short["eval/accuracy"] - verbose["eval/accuracy"]
     print(f"profile {a.profile}, {wall:.0f} s in all; held-out: {verbose['eval/n']:.0f} sums")
-    print("| model | accuracy | completion tokens (mean) | thinking tokens (mean) |\n| --- | --- | --- | --- |")
+    print(table_header("model", "accuracy", "completion tokens (mean)", "thinking tokens (mean)"))
     for name, m in (("verbose (SFT on padded thinking)", verbose), ("after long2short DPO", short)):
-        print(f"| {name} | {m['eval/accuracy']:.3f} | {m['eval/completion_tokens_mean']:.1f} | "
-              f"{m['eval/thinking_tokens_mean']:.1f} |")
+        print(table_row(name, f"{m['eval/accuracy']:.3f}", f"{m['eval/completion_tokens_mean']:.1f}",
+                        f"{m['eval/thinking_tokens_mean']:.1f}"))
     ratio = short["eval/completion_tokens_mean"] / max(verbose["eval/completion_tokens_mean"], 1e-9)
     print(f"length x{ratio:.2f}; accuracy change {change:+.3f} (tolerance {a.tolerance:.2f}: "
           f"{'holds' if -change <= a.tolerance else 'does not hold'}); DPO reward accuracy "

@@ -30,3 +30,12 @@ def latest_stages(env: dict[str, str]) -> list[dict]:
     """The latest run's stages (name, status, metrics, ...), as `posttrain show latest --json` gives them."""
     show = subprocess.run([POSTTRAIN, "show", "latest", "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
     return json.loads(show.stdout)["stages"] if show.returncode == 0 else []
+
+
+def table_header(*columns: str) -> str:
+    """The first two lines of a markdown table (RESULTS.md takes the printed tables as they are)."""
+    return f"| {' | '.join(columns)} |\n|{' --- |' * len(columns)}"
+
+
+def table_row(*cells) -> str:
+    return f"| {' | '.join(str(c) for c in cells)} |"

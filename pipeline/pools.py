@@ -4,24 +4,23 @@ Without `--pool`, `posttrain serve` runs the deployments in its own process (zer
 each recipe becomes a deployment of the named pool and the command returns; the pool's workers run
 the flows: a `process` worker on a GPU machine with this repo, or a `docker` / `kubernetes` pool whose
 base job template (infra/prefect/) runs the worker image, where the repo lies at the same path
-(/opt/posttrain) as on the machine that deploys. Create the pools with infra/prefect/create-work-pools.sh.
+(/opt/posttrain) as on the machine that deploys. Create the pools with infra/prefect/create-work-pool.sh.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from pipeline.recipe import REPO_ROOT, list_recipes
+
 ENTRYPOINT = "pipeline/flow.py:run_recipe"
 
 
-def deploy_to_pool(pool: str, profile: str, source: Path = REPO_ROOT, image: str | None = None) -> dict[str, str]:
+def deploy_to_pool(pool: str, profile: str, source: Path = REPO_ROOT, image: str | None = None) -> list[str]:
     """One deployment per recipe on `pool`, named `<recipe>-<pool>` so that deploying to a second pool
     does not move the first pool's deployments; returns `<flow>/<deployment>` names. The pool must exist."""
     from prefect import Flow
     from prefect.client.orchestration import get_client
-
-    from pipeline.recipe import list_recipes
 
     with get_client(sync_client=True) as client:
         client.read_work_pool(pool)  # a clear ObjectNotFound before anything is deployed
