@@ -37,13 +37,20 @@ def cmd_run(args) -> int:
         tracking.client()
 
     print(f"posttrain: using {prefect_api.connect(warm_up)}", flush=True)
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
     from pipeline.flow import run_recipe
 
     run_id = runs.new_run_id(args.recipe.rsplit("/", 1)[-1].removesuffix(".yaml"))
+    # Prefect emits a flow-run heartbeat event every 180 s by default, for an automation that marks
+    # silent runs Crashed; we set none up, and Prefect waits up to 1 s for the heartbeat thread at the
+    # end of every flow. Off unless the user sets PREFECT_FLOWS_HEARTBEAT_FREQUENCY (env or profile).
+    quiet = temporary_settings(set_defaults={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
     try:
         # The UI offers shipped recipes by name; the CLI also takes a recipe file's path, which the
         # Literal parameter type would refuse. _load above has already validated it fully.
-        run_recipe.with_options(validate_parameters=False)(args.recipe, args.profile, args.set, run_id=run_id)
+        with quiet:
+            run_recipe.with_options(validate_parameters=False)(args.recipe, args.profile, args.set, run_id=run_id)
         return 0
     except Exception as e:  # the stage error (with its worker log tail) was logged by Prefect
         print(f"\nrun {run_id} failed: {e}", file=sys.stderr)

@@ -9,7 +9,8 @@ POSTTRAIN_HOME (default ./.posttrain) holds:
     runs/        one JSON record per pipeline run, for `posttrain show`
     locks/       one file lock per stage output (and per first-time store set-up)
     nodes/       the multi-node rendezvous: the posted stage and each follower node's reports
-    cache/       passing earnability probes (per reward-code fingerprint) and drawn comparison figures
+    cache/       passing earnability probes (per reward-code fingerprint), drawn comparison figures,
+                 and each source file's import scan (imports/, for code fingerprints)
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+
+from stages.core.fingerprints import keep_import_scans_in
 
 
 def home() -> Path:
@@ -31,6 +34,7 @@ def configure_environment() -> None:
     """Point Prefect and MLflow at POSTTRAIN_HOME unless the user has pointed them elsewhere."""
     root = home()
     root.mkdir(parents=True, exist_ok=True)
+    keep_import_scans_in(root / "cache" / "imports")
     os.environ.setdefault("PREFECT_HOME", str(root / "prefect"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
     # Stage results are what the cache stores; keep them with the rest of the state.

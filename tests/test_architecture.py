@@ -5,6 +5,7 @@ come from the config models."""
 import shutil
 from pathlib import Path
 
+from stages.core import fingerprints
 from stages.core.fingerprints import code_fingerprint, module_closure
 from stages.kinds.registry import SHARED_MODULES, STAGE_KINDS
 
@@ -45,6 +46,28 @@ def test_editing_any_module_a_kind_uses_changes_its_key(tmp_path):
     assert after["sft"] == before["sft"] and after["dedup"] == before["dedup"]
     assert after["grpo"] != before["grpo"]
     code_fingerprint.cache_clear()
+
+
+def test_kept_import_scans_follow_the_source_they_were_made_from(tmp_path):
+    """Scans kept on disk (for start-up speed) are found by the hash of the source: a file whose
+    imports change is scanned again, so the closure and the key still follow the code."""
+    root, scans = _tree(tmp_path / "code"), tmp_path / "scans"
+    before = fingerprints._scan_dir
+    fingerprints.keep_import_scans_in(scans)
+    try:
+        fingerprints._imports.cache_clear()
+        first = module_closure(("stages.kinds.sft",), root)
+        kept = sorted(scans.iterdir())
+        assert len(kept) == len(first) and root / "stages/kinds/rl_losses.py" not in first
+        fingerprints._imports.cache_clear()  # a new process: every scan read back, none made again
+        assert module_closure(("stages.kinds.sft",), root) == first and sorted(scans.iterdir()) == kept
+        with open(root / "stages/kinds/sft.py", "a") as f:
+            f.write("\nfrom stages.kinds import rl_losses  # noqa\n")
+        fingerprints._imports.cache_clear()
+        assert root / "stages/kinds/rl_losses.py" in module_closure(("stages.kinds.sft",), root)
+    finally:
+        fingerprints.keep_import_scans_in(before)
+        fingerprints._imports.cache_clear()
 
 
 def test_every_kind_is_one_record_with_its_config_and_run():

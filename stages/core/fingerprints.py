@@ -8,10 +8,22 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import json
 from functools import cache
 from pathlib import Path
 
+from stages.core.files import write_json_atomic
+
 PROJECT_PACKAGES = ("stages", "pipeline", "data_curation")
+_scan_dir: Path | None = None
+
+
+def keep_import_scans_in(directory: Path | None) -> None:
+    """Keep each file's import scan in `directory`, named by the hash of its source, so that a new
+    process reads it instead of parsing the file again (parsing a stage kind's closure is about
+    0.15 s of every run's start-up)."""
+    global _scan_dir
+    _scan_dir = directory
 
 
 def _source_file(module: str, root: Path) -> Path | None:
@@ -30,9 +42,17 @@ def _source_file(module: str, root: Path) -> Path | None:
 def _imports(path: Path, module: str) -> frozenset[str]:
     """Every module named by an import statement in `path`, anywhere in the file; `from a import b`
     counts as both `a` and `a.b` (b may be a submodule)."""
+    source = path.read_bytes()
+    saved = None
+    if _scan_dir is not None:
+        saved = _scan_dir / (hashlib.sha256(module.encode() + b"\0" + source).hexdigest()[:32] + ".json")
+        try:
+            return frozenset(json.loads(saved.read_text()))
+        except (OSError, ValueError):  # not scanned yet
+            pass
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(source, str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -40,6 +60,11 @@ def _imports(path: Path, module: str) -> frozenset[str]:
                 else node.module
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
+    if saved is not None:
+        try:
+            write_json_atomic(saved, sorted(found))
+        except OSError:  # a read-only home: scan again next time
+            pass
     return frozenset(found)
 
 
