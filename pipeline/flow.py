@@ -31,6 +31,7 @@ from prefect.artifacts import (
 
 from data_curation.sources import source_fingerprint
 from pipeline import model_store, runs, tracking
+from pipeline.crashed_runs import close_crashed_runs
 from pipeline.gates import GateFailed, baseline_plan, gate_failure, input_metrics
 from pipeline.home import home, publish_dir
 from pipeline.launcher import run_worker
@@ -229,11 +230,19 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
     overrides = list(overrides or [])
     resolved = load_recipe(recipe, profile, overrides)
     run_id = run_id or runs.new_run_id(resolved.recipe.name)
+    # Held while the flow runs. If the process dies, the kernel releases it; a later run closes this one.
+    with held(runs.run_lock(run_id)):
+        close_crashed_runs(logger.info)
+        return _run_stages(resolved, profile, overrides, run_id, str(flow_run.id or ""), logger)
+
+
+def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[str], run_id: str,
+                flow_run_id: str, logger) -> dict:
     parent = tracking.start_pipeline_run(resolved.recipe.name, profile, overrides, run_id)
     record = {"id": run_id, "recipe": resolved.recipe.name, "profile": profile, "overrides": overrides,
               "started": time.time(), "status": "running", "mlflow_run_id": parent,
               "mlflow_url": tracking.run_url(parent), "mlflow_stages_url": tracking.stages_view_url(parent),
-              "prefect_flow_run_id": str(flow_run.id or ""),
+              "prefect_flow_run_id": flow_run_id,
               "stages": [{"name": s.name, "kind": s.kind, "status": "pending"} for s in resolved.recipe.stages]}
     runs.save(record)
     create_link_artifact(record["mlflow_stages_url"], link_text="MLflow: the stages of this run side by side",

@@ -1,9 +1,9 @@
 """`posttrain gc`: free the disk that stage outputs no kept run needs.
 
-The newest `keep_runs` run records are kept; every stage output directory under
-$POSTTRAIN_HOME/stages/ that none of them references goes, with its checkpoints, and so do the run
-records older than those. A directory whose stage lock a live run holds (training it, or waiting
-for it) is never touched, nor is a `.partial` directory a live run is writing. A later run that
+The newest `keep_runs` run records are kept, and those of runs still going; every stage output
+directory under $POSTTRAIN_HOME/stages/ that none of them references goes, with its checkpoints,
+and so do the other run records. A directory whose stage lock a live run holds (training it, or
+waiting for it) is never touched, nor is a `.partial` directory a live run is writing. A later run that
 needs a removed stage simply trains it again (its cache record no longer finds the directory).
 """
 
@@ -32,7 +32,9 @@ def size_of(path: Path) -> int:
 
 def plan_gc(keep_runs: int) -> Plan:
     records = runs.all_runs()  # oldest first
-    kept_records = records[-keep_runs:] if keep_runs > 0 else []
+    newest = records[-keep_runs:] if keep_runs > 0 else []
+    # A run still going keeps its record and its finished stages (a later stage may read them).
+    kept_records = [r for r in records if r in newest or is_held(runs.run_lock(r["id"]))]
     referenced = {str(Path(s["output_dir"]).resolve()) for r in kept_records for s in r["stages"] if s.get("output_dir")}
     plan = Plan(records=[runs.runs_dir() / f"{r['id']}.json" for r in records if r not in kept_records])
     for recipe_dir in sorted((home() / "stages").glob("*")):
@@ -58,6 +60,7 @@ def collect(keep_runs: int, dry_run: bool, echo=print) -> int:
     for record in plan.records:
         if not dry_run:
             record.unlink(missing_ok=True)
+            runs.run_lock(record.stem).unlink(missing_ok=True)
         echo(f"{verb} run record {record.name}")
     for path in plan.busy:
         echo(f"kept {path}: a live run holds its lock")

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from pipeline.home import home
+from pipeline.locks import is_held, lock_path
 from stages.core.files import write_json_atomic
 
 KEY_METRICS = ("train/final_loss", "eval/accuracy", "eval/format_rate", "eval/thinking_tokens_mean")
@@ -26,7 +27,22 @@ def save(record: dict) -> None:
     write_json_atomic(runs_dir() / f"{record['id']}.json", record)
 
 
-def all_runs() -> list[dict]:
+def load(run_id: str) -> dict:
+    return json.loads((runs_dir() / f"{run_id}.json").read_text())
+
+
+def run_lock(run_id: str) -> Path:
+    """Held by a run's process while its flow runs; the kernel releases it when the process dies."""
+    return lock_path("runs", run_id)
+
+
+def died(record: dict) -> bool:
+    """Still `running` in its record, but no live process holds its run lock. (A record written
+    before runs held locks has no lock file and is left as it says.)"""
+    return record.get("status") == "running" and (lock := run_lock(record["id"])).exists() and not is_held(lock)
+
+
+def _records() -> list[dict]:
     records = []
     for p in sorted(runs_dir().glob("*.json")):
         try:
@@ -34,6 +50,22 @@ def all_runs() -> list[dict]:
         except ValueError:
             continue
     return sorted(records, key=lambda r: r.get("started", 0))
+
+
+def dead_runs() -> list[dict]:
+    """The records of runs whose process died before ending them (pipeline.crashed_runs closes them)."""
+    return [r for r in _records() if died(r)]
+
+
+def all_runs() -> list[dict]:
+    """Every run record, oldest first; a dead run not yet closed reads as `crashed`."""
+    records = _records()
+    for r in records:
+        if died(r):
+            r["status"] = "crashed"
+            for s in r["stages"]:
+                s["status"] = "crashed" if s["status"] == "running" else s["status"]
+    return records
 
 
 def find(ref: str) -> dict:

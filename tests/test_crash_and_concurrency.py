@@ -1,10 +1,12 @@
 """Crashes leave nothing behind and concurrent runs are safe: SIGKILL of `posttrain run` takes its
 workers and its temporary Prefect API with it; two identical runs on a fresh home publish each stage
-once; a lock whose holder died never blocks; `posttrain gc` frees what no kept run needs."""
+once; a lock whose holder died never blocks; the next run closes a dead run in its record, MLflow and
+Prefect; `posttrain gc` frees what no kept run needs."""
 
 import json
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -66,11 +68,27 @@ def test_sigkill_of_the_run_leaves_no_process_and_the_rerun_resumes(tmp_path, ti
     _wait_for(lambda: not (_members(proc.pid) or _members(worker) or _alive(worker) or _alive(server)), 30,
               "every process of the run to end")
 
+    dead = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
+    assert dead["status"] == "crashed" and dead["stages"][0]["status"] == "crashed"  # not "running" forever
+
     rerun = run_cli(*args, env_home=home, timeout=600)  # the dead run's stage lock does not block it
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert f"run {dead['id']} had died without ending" in rerun.stdout + rerun.stderr
     record = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
     assert record["stages"][0]["metrics"]["train/resumed_from_step"] >= 5
     assert record["stages"][0]["metrics"]["train/global_step"] == 40
+    # The rerun closed the dead run everywhere: its record, MLflow (pipeline and stage run), Prefect.
+    closed = json.loads((home / "runs" / f"{dead['id']}.json").read_text())
+    assert closed["status"] == "crashed" and closed["stages"][0]["status"] == "crashed"
+    import mlflow
+
+    store = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    parent = store.get_run(dead["mlflow_run_id"])
+    stage_runs = store.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    assert parent.info.status == "KILLED" and [r.info.status for r in stage_runs] == ["KILLED"]
+    with sqlite3.connect(home / "prefect" / "prefect.db") as db:
+        (state,) = db.execute("SELECT state_type FROM flow_run WHERE id = ?", (dead["prefect_flow_run_id"],)).fetchone()
+    assert state == "CRASHED"
 
 
 def test_two_identical_runs_on_a_fresh_home_publish_each_stage_once(tmp_path, tiny_model):
@@ -126,10 +144,16 @@ def test_gc_keeps_what_kept_runs_reference_and_what_live_runs_hold(tmp_path, tin
     dry = run_cli("gc", "--keep-runs", "1", "--dry-run", env_home=home)
     assert dry.returncode == 0 and "would remove 2 stage directories" in dry.stdout, dry.stdout
     assert sorted(p.name for p in stages.iterdir()) == before  # a dry run removes nothing
+    monkeypatch.setenv("POSTTRAIN_HOME", str(home))
+    from pipeline import runs
+
+    oldest = runs.all_runs()[0]
+    with held(runs.run_lock(oldest["id"])):  # as if the oldest run were still going: its record and stages stay
+        live = run_cli("gc", "--keep-runs", "1", "--dry-run", env_home=home)
+    assert "would remove 1 stage directories" in live.stdout and oldest["id"] not in live.stdout, live.stdout
     newest = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
     kept = {Path(s["output_dir"]).name for s in newest["stages"]}
     busy, free = [name for name in before if name not in kept]
-    monkeypatch.setenv("POSTTRAIN_HOME", str(home))
     with held(stage_lock("smoke", busy)):  # as a live run training that stage would
         gc = run_cli("gc", "--keep-runs", "1", env_home=home)
     assert gc.returncode == 0 and f"removed {stages / free}" in gc.stdout and "a live run holds its lock" in gc.stdout

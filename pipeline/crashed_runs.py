@@ -1,0 +1,73 @@
+"""Runs whose process died (SIGKILL, the OOM killer, a lost node) are closed by the next run.
+
+Every pipeline run holds `$POSTTRAIN_HOME/locks/runs/<id>.lock` while its flow runs, and the kernel
+releases it when the process dies. A record that still says `running` while nobody holds its lock
+belongs to a dead run (`runs.died`). `posttrain list` and `show` already show it as `crashed`. The
+next `posttrain run` on the home closes it everywhere, so no UI shows it live forever:
+- the run record: status `crashed`, and the stage that was running `crashed`;
+- MLflow: the pipeline run and any stage run still RUNNING under it end as KILLED;
+- Prefect: the flow run goes to Crashed, unless it already ended.
+The dead run's work is untouched: its stage's `.partial` directory is what the next run resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from pipeline import runs, tracking
+from pipeline.locks import held
+
+
+def close_crashed_runs(say=print) -> list[str]:
+    """Close every dead run of this home; returns their ids."""
+    closed = []
+    for record in runs.dead_runs():
+        with held(runs.run_lock(record["id"])):  # one closer per record; then check again under the lock
+            record = runs.load(record["id"])
+            if record.get("status") != "running":
+                continue
+            _close(record)
+        say(f"run {record['id']} had died without ending (its process is gone); closed it as crashed")
+        closed.append(record["id"])
+    return closed
+
+
+def _close(record: dict) -> None:
+    for stage in record["stages"]:
+        if stage["status"] == "running":
+            stage["status"] = "crashed"
+    record.update(status="crashed", finished=time.time())
+    runs.save(record)
+    if parent := record.get("mlflow_run_id"):
+        _kill_mlflow_runs(parent)
+    if flow_run_id := record.get("prefect_flow_run_id"):
+        _crash_flow_run(flow_run_id, record["id"])
+
+
+def _kill_mlflow_runs(parent: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    c = tracking.client()
+    try:
+        experiment = tracking.experiment_of(parent)
+    except MlflowException:  # the store was moved or reset: nothing there to close
+        return
+    live = c.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{parent}' and attributes.status = 'RUNNING'")
+    for run_id in [r.info.run_id for r in live] + [parent]:
+        if c.get_run(run_id).info.status == "RUNNING":
+            c.set_terminated(run_id, "KILLED")
+
+
+def _crash_flow_run(flow_run_id: str, run_id: str) -> None:
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
+        flow_run = client.read_flow_run(UUID(flow_run_id))
+        if not (flow_run.state and flow_run.state.is_final()):
+            client.set_flow_run_state(flow_run.id, Crashed(message=f"the process of posttrain run {run_id} died; "
+                                                           "a later run closed it"), force=True)
