@@ -7,7 +7,7 @@ POSTTRAIN_HOME (default ./.posttrain) holds:
     mlartifacts/ the local MLflow store's artifacts, one directory per experiment
     stages/      stage outputs, one directory per (stage name, cache key)
     runs/        one JSON record per pipeline run, for `posttrain show`
-    locks/       one file lock per stage output (and per first-time store set-up)
+    locks/       one file lock per stage output, per running pipeline run, and per first-time store set-up
     nodes/       the multi-node rendezvous: the posted stage and each follower node's reports
     cache/       passing earnability probes (per reward-code fingerprint), drawn comparison figures,
                  and each source file's import scan (imports/, for code fingerprints)
