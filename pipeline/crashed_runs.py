@@ -37,7 +37,7 @@ def _close(record: dict) -> None:
     for stage in record["stages"]:
         if stage["status"] == "running":
             stage["status"] = "crashed"
-    record.update(status="crashed", finished=time.time())
+    record.update(status="crashed", closed=time.time())  # when it died is not known; when it was closed is
     runs.save(record)
     if parent := record.get("mlflow_run_id"):
         _kill_mlflow_runs(parent)

@@ -3,8 +3,8 @@
 The newest `keep_runs` run records are kept, and those of runs still going; every stage output
 directory under $POSTTRAIN_HOME/stages/ that none of them references goes, with its checkpoints,
 and so do the other run records. A directory whose stage lock a live run holds (training it, or
-waiting for it) is never touched, nor is a `.partial` directory a live run is writing. A later run that
-needs a removed stage simply trains it again (its cache record no longer finds the directory).
+waiting for it) is never touched, nor is a `.partial` directory a live run is writing. A later run
+that needs a removed stage simply trains it again (its cache record no longer finds the directory).
 """
 
 from __future__ import annotations
