@@ -3,10 +3,11 @@
 Every pipeline run holds `$POSTTRAIN_HOME/locks/runs/<id>.lock` while its flow runs, and the kernel
 releases it when the process dies. A record that still says `running` while nobody holds its lock
 belongs to a dead run (`runs.died`). `posttrain list` and `show` already show it as `crashed`. The
-next `posttrain run` on the home closes it everywhere, so no UI shows it live forever:
+next `posttrain run` on the home, or `posttrain ui` within seconds when it is running, closes it
+everywhere, so no UI shows it live forever:
 - the run record: status `crashed`, and the stage that was running `crashed`;
 - MLflow: the pipeline run and any stage run still RUNNING under it end as KILLED;
-- Prefect: the flow run goes to Crashed, unless it already ended.
+- Prefect: the flow run and its unfinished task runs go to Crashed, unless the flow run already ended.
 The dead run's work is untouched: its stage's `.partial` directory is what the next run resumes.
 """
 
@@ -34,15 +35,17 @@ def close_crashed_runs(say=print) -> list[str]:
 
 
 def _close(record: dict) -> None:
+    """The record last: if MLflow or Prefect cannot be reached, it still says `running`, and the
+    next closer tries again."""
+    if parent := record.get("mlflow_run_id"):
+        _kill_mlflow_runs(parent)
+    if flow_run_id := record.get("prefect_flow_run_id"):
+        _crash_flow_run(flow_run_id, record["id"])
     for stage in record["stages"]:
         if stage["status"] == "running":
             stage["status"] = "crashed"
     record.update(status="crashed", closed=time.time())  # when it died is not known; when it was closed is
     runs.save(record)
-    if parent := record.get("mlflow_run_id"):
-        _kill_mlflow_runs(parent)
-    if flow_run_id := record.get("prefect_flow_run_id"):
-        _crash_flow_run(flow_run_id, record["id"])
 
 
 def _kill_mlflow_runs(parent: str) -> None:
@@ -60,14 +63,21 @@ def _kill_mlflow_runs(parent: str) -> None:
 
 
 def _crash_flow_run(flow_run_id: str, run_id: str) -> None:
+    """The flow run and its unfinished task runs (the stage that was running) go to Crashed."""
     from uuid import UUID
 
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.exceptions import ObjectNotFound
     from prefect.states import Crashed
 
+    message = f"the process of posttrain run {run_id} died; closed afterwards by posttrain"
     with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
         flow_run = client.read_flow_run(UUID(flow_run_id))
-        if not (flow_run.state and flow_run.state.is_final()):
-            client.set_flow_run_state(flow_run.id, Crashed(message=f"the process of posttrain run {run_id} died; "
-                                                           "a later run closed it"), force=True)
+        if flow_run.state and flow_run.state.is_final():
+            return
+        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))
+        for task_run in tasks:
+            if not (task_run.state and task_run.state.is_final()):
+                client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
+        client.set_flow_run_state(flow_run.id, Crashed(message=message), force=True)

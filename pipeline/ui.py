@@ -1,4 +1,5 @@
-"""`posttrain ui`: the Prefect server and the MLflow UI on localhost, both reading POSTTRAIN_HOME."""
+"""`posttrain ui`: the Prefect server and the MLflow UI on localhost, both reading POSTTRAIN_HOME; it
+also closes, within seconds, any run of this home whose process died."""
 
 from __future__ import annotations
 
@@ -13,6 +14,25 @@ from pathlib import Path
 from pipeline.home import tracking_uri
 from pipeline.prefect_api import server_record, write_server_record
 from pipeline.processes import die_with_parent
+
+CLOSE_DEAD_RUNS_EVERY_S = 10
+
+
+def close_dead_runs(api_url: str) -> None:
+    """Close the runs of this home whose process died (pipeline.crashed_runs), so both UIs show them
+    ended within seconds rather than at the next `posttrain run`. Prefect and MLflow are imported
+    only when there is one: most checks read a few run records and stop."""
+    from pipeline import runs
+
+    if not runs.dead_runs():
+        return
+    os.environ.setdefault("PREFECT_API_URL", api_url)  # before Prefect is first imported here
+    from pipeline.crashed_runs import close_crashed_runs
+
+    try:
+        close_crashed_runs(lambda line: print(f"posttrain ui: {line}", flush=True))
+    except Exception as e:  # a server still starting, say: the next check tries again
+        print(f"posttrain ui: could not close a dead run yet ({type(e).__name__}: {e})", flush=True)
 
 
 def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: int = 5000) -> int:
@@ -36,10 +56,15 @@ def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: in
           f"MLflow UI:  http://{host}:{mlflow_port}   (experiments posttrain/<recipe>; parent run = pipeline)\n"
           f"state in {os.environ.get('POSTTRAIN_HOME', '.posttrain')}; Ctrl-C stops both")
     # `posttrain run` and `serve` use this server, and link stages to this MLflow UI.
-    write_server_record(f"http://{host}:{prefect_port}/api", procs[0].pid, f"http://{host}:{mlflow_port}")
+    api_url = f"http://{host}:{prefect_port}/api"
+    write_server_record(api_url, procs[0].pid, f"http://{host}:{mlflow_port}")
+    checked = time.monotonic()
     try:
         while all(p.poll() is None for p in procs):
             time.sleep(1)
+            if time.monotonic() - checked >= CLOSE_DEAD_RUNS_EVERY_S:
+                close_dead_runs(api_url)
+                checked = time.monotonic()
     except KeyboardInterrupt:
         pass
     finally:

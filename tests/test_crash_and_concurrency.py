@@ -88,7 +88,8 @@ def test_sigkill_of_the_run_leaves_no_process_and_the_rerun_resumes(tmp_path, ti
     assert parent.info.status == "KILLED" and [r.info.status for r in stage_runs] == ["KILLED"]
     with sqlite3.connect(home / "prefect" / "prefect.db") as db:
         (state,) = db.execute("SELECT state_type FROM flow_run WHERE id = ?", (dead["prefect_flow_run_id"],)).fetchone()
-    assert state == "CRASHED"
+        tasks = db.execute("SELECT state_type FROM task_run WHERE flow_run_id = ?", (dead["prefect_flow_run_id"],))
+        assert state == "CRASHED" and [t for (t,) in tasks] == ["CRASHED"]
 
 
 def test_two_identical_runs_on_a_fresh_home_publish_each_stage_once(tmp_path, tiny_model):

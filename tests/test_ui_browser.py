@@ -7,6 +7,7 @@ Screenshots go to test-artifacts/browser/ (or $POSTTRAIN_TEST_ARTIFACTS/browser/
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -227,3 +228,36 @@ def test_a_run_failing_at_a_stage_reruns_from_the_form_with_the_finished_stage_c
     page.get_by_text("Task Runs", exact=True).click()
     page.get_by_text("Cached", exact=True).first.wait_for()
     page.screenshot(path=SHOTS / "smoke_fixed_task_runs.png", full_page=True)
+
+
+def test_a_killed_terminal_run_is_closed_by_the_ui_within_seconds(page, uis, home, tmp_path):
+    """A `posttrain run` from a terminal joins the UI's server. SIGKILLed mid-stage, with no later
+    run, `posttrain ui` closes it (the kernel released its run lock): Crashed in Prefect, KILLED in
+    MLflow, `crashed` in its record."""
+    env = cli_env(home)
+    env.pop("PREFECT_API_URL", None)
+    before = set((home / "runs").glob("*.json"))
+    log = tmp_path / "run.log"
+    proc = subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=500",
+                             "--set", "eval=null"], cwd=REPO, env=env, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+    def record() -> dict | None:
+        new = [p for p in (home / "runs").glob("*.json") if p not in before]
+        return json.loads(new[0].read_text()) if new else None
+    _wait("the run's first stage", lambda: (r := record()) and r["stages"][0]["status"] == "running", 240, proc, log)
+    assert f"using Prefect server {uis['prefect']}/api" in log.read_text()
+    proc.send_signal(signal.SIGKILL)  # the run's process alone
+    proc.wait()
+    dead = record()
+    deadline = time.monotonic() + 60
+    while (run := httpx.get(f"{uis['prefect']}/api/flow_runs/{dead['prefect_flow_run_id']}", timeout=10).json()
+           )["state_type"] != "CRASHED":
+        assert time.monotonic() < deadline, f"flow run still {run['state_name']} 60 s after its process was killed"
+        time.sleep(1)
+    assert record()["status"] == "crashed" and record()["stages"][0]["status"] == "crashed"
+    assert task_states(uis["prefect"], dead["prefect_flow_run_id"]) == {"cold_start (sft)": "Crashed"}
+    assert mlflow.MlflowClient(tracking_uri()).get_run(dead["mlflow_run_id"]).info.status == "KILLED"
+    page.goto(f"{uis['prefect']}/runs/flow-run/{dead['prefect_flow_run_id']}")
+    page.get_by_text("Crashed", exact=True).first.wait_for()
+    page.screenshot(path=SHOTS / "smoke_killed_crashed.png", full_page=True)
