@@ -212,8 +212,8 @@ def test_a_run_failing_at_a_stage_reruns_from_the_form_with_the_finished_stage_c
     """`timeout_s: 1` on the second stage passes validation and fails at run time; the rerun from
     the form without it takes the first stage from cache and trains the second."""
     base = uis["prefect"]
-    shrink = "stages.polish.max_steps=3"  # a polish stage no other test has trained
-    failed = launch_from_form(page, base, "smoke", [shrink, "stages.polish.launcher.timeout_s=1"],
+    shrink = ["stages.polish.max_steps=3", "eval=null"]  # a polish stage no other test has trained
+    failed = launch_from_form(page, base, "smoke", [*shrink, "stages.polish.launcher.timeout_s=1"],
                               "smoke_failing_form.png")
     run = wait_for_flow_run(page, base, failed, "smoke_failed.png")
     assert run["state_type"] == "FAILED", run["state"]
@@ -221,7 +221,7 @@ def test_a_run_failing_at_a_stage_reruns_from_the_form_with_the_finished_stage_c
     states = task_states(base, failed)
     assert states["polish (sft)"] == "Failed" and states["cold_start (sft)"] in {"Completed", "Cached"}
 
-    fixed = launch_from_form(page, base, "smoke", [shrink], "smoke_fixed_form.png")
+    fixed = launch_from_form(page, base, "smoke", shrink, "smoke_fixed_form.png")
     run = wait_for_flow_run(page, base, fixed, "smoke_fixed.png")
     assert run["state_type"] == "COMPLETED", run["state"]
     assert task_states(base, fixed) == {"cold_start (sft)": "Cached", "polish (sft)": "Completed"}
