@@ -9,13 +9,11 @@ Usage: .venv/bin/python benchmarks/distill_accuracy.py [--profile demo]
 """
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from recipe_runs import POSTTRAIN, ROOT, fresh_home, latest_stages, run_recipe, table_header, table_row
+from recipe_runs import ROOT, fresh_home, latest_stages, run_recipe, table_header, table_row
 
 HELD_OUT = {"source": "synthetic_math", "split": "eval", "params": {"difficulties": [1]}}
 
@@ -27,9 +25,9 @@ def reevaluate(home: Path, n: int) -> None:
     from data_curation.sources import load_rows
     from stages.kinds.evaluate import EvalSpec, evaluate
 
-    show = subprocess.run([POSTTRAIN, "show", "latest", "--json"], env={**os.environ}, capture_output=True,
-                          text=True, check=True)
-    stages = {s["name"]: s for s in json.loads(show.stdout)["stages"]}
+    stages = {s["name"]: s for s in latest_stages({**os.environ})}
+    if not {"distill_off", "teacher_sft"} <= set(stages):
+        sys.exit(f"{home}: its latest run is not a distill_accuracy run (no distill_off and teacher_sft stages)")
     spec = EvalSpec(data={**HELD_OUT, "n": n}, max_new_tokens=64)
     rows = load_rows("synthetic_math", "eval", n, 0, HELD_OUT["params"])
     models = {"student before": str(home / "models" / "smollm2-135m-student"),

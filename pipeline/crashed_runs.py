@@ -57,9 +57,10 @@ def _kill_mlflow_runs(parent: str) -> None:
     except MlflowException:  # the store was moved or reset: nothing there to close
         return
     live = c.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{parent}' and attributes.status = 'RUNNING'")
-    for run_id in [r.info.run_id for r in live] + [parent]:
-        if c.get_run(run_id).info.status == "RUNNING":
-            c.set_terminated(run_id, "KILLED")
+    for run in live:
+        c.set_terminated(run.info.run_id, "KILLED")
+    if c.get_run(parent).info.status == "RUNNING":
+        c.set_terminated(parent, "KILLED")
 
 
 def _crash_flow_run(flow_run_id: str, run_id: str) -> None:

@@ -32,11 +32,12 @@ def size_of(path: Path) -> int:
 
 def plan_gc(keep_runs: int) -> Plan:
     records = runs.all_runs()  # oldest first
-    newest = records[-keep_runs:] if keep_runs > 0 else []
+    newest = {r["id"] for r in records[-keep_runs:]} if keep_runs > 0 else set()
     # A run still going keeps its record and its finished stages (a later stage may read them).
-    kept_records = [r for r in records if r in newest or is_held(runs.run_lock(r["id"]))]
-    referenced = {str(Path(s["output_dir"]).resolve()) for r in kept_records for s in r["stages"] if s.get("output_dir")}
-    plan = Plan(records=[runs.runs_dir() / f"{r['id']}.json" for r in records if r not in kept_records])
+    kept = {r["id"] for r in records if r["id"] in newest or is_held(runs.run_lock(r["id"]))}
+    referenced = {str(Path(s["output_dir"]).resolve()) for r in records if r["id"] in kept
+                  for s in r["stages"] if s.get("output_dir")}
+    plan = Plan(records=[runs.runs_dir() / f"{r['id']}.json" for r in records if r["id"] not in kept])
     for recipe_dir in sorted((home() / "stages").glob("*")):
         for out in sorted(recipe_dir.iterdir()):
             name = out.name.removesuffix(".partial")
