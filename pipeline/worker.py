@@ -84,12 +84,32 @@ def main(argv: list[str] | None = None) -> int:
     spec = WorkerSpec.model_validate_json(Path(args[0]).read_text())
     # a follower node's ranks watch its `posttrain node` (the head's flow pid is on another machine)
     watch_flow(int(os.environ.get("POSTTRAIN_WATCH_PID") or spec.flow_pid or 0))
+    if spec.deepspeed_config:
+        skip_deepspeed_shm_kernel()
     try:
         join_process_group()
         run_spec(spec)
     finally:
         close_process_group()
     return 0
+
+
+def skip_deepspeed_shm_kernel() -> None:
+    """Keep DeepSpeed from JIT-building its CPU shared-memory all-reduce kernel (deepspeed_shm_comm).
+
+    Only `inference_all_reduce` (tensor-parallel inference) calls that kernel; training never does,
+    and without it DeepSpeed falls back to the process group. Loading it is not free on a CPU
+    machine: every new DeepSpeed install path rebuilds it (~25 s on 2 cores) in the machine-wide
+    ~/.cache/torch_extensions, and torch guards that build with a lock *file*. A rank killed while
+    holding it (a run stopped as it starts) leaves the file behind, and every later DeepSpeed run on
+    the machine then waits on it forever; a CI run hung 900 s on exactly that. On GPU machines
+    DeepSpeed does not build this kernel, so this changes nothing there.
+    """
+    import importlib
+
+    # not `import deepspeed.comm.torch as m`: deepspeed.comm binds the name `torch` to torch itself
+    backend = importlib.import_module("deepspeed.comm.torch")
+    backend.build_shm_op = lambda: None  # TorchBackend.__init__ looks the name up at call time
 
 
 def join_process_group() -> None:

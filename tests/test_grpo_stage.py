@@ -5,6 +5,7 @@ with per-step reward metrics in MLflow."""
 import json
 import shutil
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -168,12 +169,18 @@ def test_r1_zero_end_to_end_logs_reward_curves(tmp_path):
     assert "rl_curves.png" in [a.path for a in client.list_artifacts(run_id)]
 
 
-def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path):
+def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path, monkeypatch):
     """Refill rounds are collective (every rank rolls out until all have enough groups) and the
-    prioritized sampler must draw the same global batch on both ranks, or the ranks would hang."""
+    prioritized sampler must draw the same global batch on both ranks, or the ranks would hang.
+
+    The ranks also start with a stale torch-extension lock, as a rank killed mid-start leaves it:
+    DeepSpeed's CPU shm kernel waits on that lock forever, so the workers must not load it."""
     import mlflow
+    from torch.utils.cpp_extension import _get_build_directory
 
     home = tmp_path / "home"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "torch_extensions"))
+    (Path(_get_build_directory("deepspeed_shm_comm", verbose=False)) / "lock").touch()
     # format_tags gives partial credit, so the random tiny model earns some reward in some groups:
     # ranks refill at different rates and the collective rounds are really exercised
     rewards = ("[{name: accuracy_math, params: {answer_tags: true}}, {name: format_think, params: {answer_tags: true}}, "
@@ -181,7 +188,7 @@ def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path):
     proc = run_cli("run", "r1_zero", "--profile", "tiny", "--set", "stages.zero_rl.launcher={mode: deepspeed, ranks: 2}",
                    "--set", "stages.zero_rl.loss=dapo", "--set", "stages.zero_rl.sampler=prioritized",
                    "--set", f"stages.zero_rl.rewards={rewards}", "--set", "eval=null",
-                   "--set", "stages.zero_rl.max_steps=3", env_home=home, timeout=900)
+                   "--set", "stages.zero_rl.max_steps=3", env_home=home, timeout=420)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
     run = client.search_runs(client.get_experiment_by_name("posttrain/r1_zero").experiment_id,
