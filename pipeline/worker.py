@@ -48,8 +48,8 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
     """Train and evaluate one stage; returns its output on rank 0 (None on other ranks)."""
     kind = STAGE_KINDS[spec.kind]
     cfg = kind.config.model_validate(spec.stage)
-    steps = [tracking.step_logger(spec.mlflow_run_id)] if spec.mlflow_run_id else []
-    ctx = StageContext(spec=spec, callbacks=steps)
+    run_id = spec.mlflow_run_id
+    ctx = StageContext(spec=spec, make_callbacks=lambda: [tracking.step_logger(run_id)] if run_id else [])
     started = time.time()
     output = kind.run(cfg, ctx)
     if not ctx.is_main:

@@ -3,9 +3,11 @@ to resume, how to report progress, and how to save a model the next stage can lo
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +26,13 @@ class StageContext:
     extra metrics to report, and trainer callbacks from the worker (its MLflow step logger)."""
     spec: WorkerSpec
     metrics: dict = field(default_factory=dict)  # extra metrics the worker adds to the stage's result
-    callbacks: list = field(default_factory=list)
+    # built on first use: a trainer callback imports transformers (with peft, ~3 s), which a data
+    # stage would otherwise pay for nothing
+    make_callbacks: Callable[[], list] = list
+
+    @functools.cached_property
+    def callbacks(self) -> list:
+        return self.make_callbacks()
 
     @property
     def output_dir(self) -> Path:
