@@ -145,7 +145,10 @@ def _supervise(cmd: list[str], launch: LaunchSpec, out_dir: Path, log_path: Path
     started, last_progress = time.time(), None
     try:
         while proc.poll() is None:
-            time.sleep(1.0)
+            try:
+                proc.wait(timeout=1.0)  # returns as soon as the worker exits, not at the next second
+            except subprocess.TimeoutExpired:
+                pass
             progress = _read_progress(out_dir)
             if progress and progress != last_progress and on_progress:
                 on_progress(progress)
