@@ -13,8 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-import torch.distributed as dist
-
 from pipeline import tracking
 from pipeline.processes import die_with_parent
 from stages.core.files import write_json_atomic
@@ -116,10 +114,13 @@ def join_process_group() -> None:
     """Under the DeepSpeed launcher, join the ranks' process group before any model is built:
     ZeRO-3 partitions weights while loading them (zero.Init) and must know the world size then;
     the trainer would only join later, and each rank would take itself for the whole world."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not (dist.is_available() and dist.is_initialized()):
-        import deepspeed
-        import torch
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    import deepspeed
+    import torch
+    import torch.distributed as dist
 
+    if not dist.is_initialized():
         deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
 
 
@@ -131,7 +132,8 @@ def close_process_group() -> None:
     ("terminate called without an active exception", SIGABRT), failing a stage that succeeded.
     No barrier: rank 0 may evaluate for longer than the collective timeout.
     """
-    if dist.is_available() and dist.is_initialized():
+    dist = sys.modules.get("torch.distributed")  # not imported: no group to close (a data stage)
+    if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
