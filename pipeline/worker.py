@@ -1,7 +1,9 @@
 """The process a stage runs in: `python -m pipeline.worker SPEC.json` (or one per rank under
-`deepspeed`). It trains, evaluates on rank 0 when the plan says so, logs to the MLflow run the spec
-names (through pipeline.tracking), and writes result.json (a StageOutput) into the stage's still
-partial output directory. The spec is a WorkerSpec (stages.kinds.contracts) written by the flow.
+`deepspeed`). It trains, evaluates on rank 0 when the plan says so, streams step metrics to the
+MLflow run the spec names (through pipeline.tracking), and writes result.json (a StageOutput) into
+the stage's still partial output directory; the flow logs that output to MLflow. A stage without a
+trainer (data curation) never imports MLflow or torch here. The spec is a WorkerSpec
+(stages.kinds.contracts) written by the flow.
 """
 
 from __future__ import annotations
@@ -69,8 +71,6 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
     if output.tags.get(tracking.SANDBOX_TAG) == "unsandboxed":
         print("posttrain: WARNING: this stage ran model-written code without a sandbox (allow_unsandboxed)", flush=True)
-    if spec.mlflow_run_id:
-        tracking.log_stage_output(spec.mlflow_run_id, ctx.output_dir, output, table)
     write_json_atomic(ctx.output_dir / "result.json", output.model_dump())
     return output
 
