@@ -1,8 +1,8 @@
 """MLflow bookkeeping, and with `model_store` (logged models, registry) the only module that writes
 to MLflow: one parent run per pipeline run, one nested child run per stage. The flow creates and
 closes the runs; the worker streams step metrics through `step_logger` (a TrainerCallback); the flow
-logs the stage's output (`log_stage_output`, from the worker's result.json) and tags the published run. Run tag names live
-here; logged-model tags in `model_store`.
+logs the stage's output (`log_stage_output`, from the worker's result.json) and tags the published
+run. Run tag names live here; logged-model tags in `model_store`.
 """
 
 from __future__ import annotations
