@@ -12,7 +12,6 @@ comes from a temporary git worktree of the ref. Bare `python -c pass` is printed
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -27,18 +26,17 @@ sys.path.insert(0, str(ROOT))
 
 
 def spec_for(work: Path, run_id: str, rows_path: Path, i: int) -> Path:
+    from stages.kinds.contracts import WorkerSpec
+
     out = work / f"out-{i}"
     out.mkdir()
     (out / "stage_config.json").write_text("{}")  # the older worker logs it as an artifact
-    source = {"n": None, "on_bad_rows": "fail", "params": {}, "seed": 0, "split": "train"}
-    spec = {"kind": "decontaminate", "inputs": {"data": {"n": None, "path": str(rows_path)}}, "eval": None,
-            "output_dir": str(out), "mlflow_run_id": run_id, "flow_pid": None, "deepspeed_config": None,
-            "stage": {"name": "decontam", "kind": "decontaminate", "data": {**source, "source": "upstream.dataset"},
-                      "eval_sets": [{**source, "source": "champ", "split": "all"},
-                                    {**source, "source": "synthetic_math", "split": "eval", "n": 2000}],
-                      "ngram": 8, "threshold": 0.5, "mode": "any"}}
+    stage = {"name": "decontam", "kind": "decontaminate", "data": {"source": "upstream.dataset"},
+             "eval_sets": [{"source": "champ", "split": "all"}, {"source": "synthetic_math", "split": "eval", "n": 2000}]}
+    spec = WorkerSpec(kind="decontaminate", stage=stage, inputs={"data": {"n": None, "path": str(rows_path)}},
+                      eval=None, output_dir=str(out), mlflow_run_id=run_id)
     path = work / f"spec-{i}.json"
-    path.write_text(json.dumps(spec))
+    path.write_text(spec.model_dump_json())
     return path
 
 
@@ -59,8 +57,12 @@ def main() -> int:
 
     import mlflow
 
+    from data_curation.report import write_jsonl
     from data_curation.sources import load_rows
 
+    if subprocess.run(["git", "rev-parse", "--verify", "-q", f"{args.baseline_ref}^{{commit}}"], cwd=ROOT,
+                      capture_output=True).returncode != 0:
+        return f"--baseline-ref {args.baseline_ref!r}: no such commit in {ROOT}"
     with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         work = Path(tmp)
         baseline = work / "baseline"
@@ -71,7 +73,7 @@ def main() -> int:
             client = mlflow.MlflowClient(uri)
             run_id = client.create_run(client.create_experiment("bench")).info.run_id
             rows_path = work / "rows.jsonl"
-            rows_path.write_text("".join(json.dumps(r) + "\n" for r in load_rows("synthetic_math", n=512)))
+            write_jsonl(rows_path, load_rows("synthetic_math", n=512))
             worker = [sys.executable, "-m", "pipeline.worker"]
             sides = {"python -c pass (floor)": lambda i: timed([sys.executable, "-c", "pass"], ROOT, env),
                      f"worker at {args.baseline_ref}": lambda i: timed([*worker, str(spec_for(work, run_id, rows_path, i))],

@@ -1,5 +1,10 @@
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+from stages.kinds.contracts import WorkerSpec
 from stages.kinds.runtime import StageContext, checkpoint_step, last_checkpoint
 
 
@@ -25,22 +30,17 @@ def test_a_data_stage_worker_imports_neither_torch_nor_mlflow(tmp_path):
     """A stage that trains nothing starts in well under a second: no trainer callback (transformers,
     peft), no torch.distributed, no MLflow (the flow logs its output). The run id is one MLflow has
     never seen, so a worker that still logged would fail here."""
-    import json
-    import os
-    import subprocess
-    import sys
-
+    from data_curation.report import write_jsonl
     from data_curation.sources import load_rows
 
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps(r) + "\n" for r in load_rows("synthetic_math", n=40)))
+    write_jsonl(rows, load_rows("synthetic_math", n=40))
     out = tmp_path / "out"
-    out.mkdir()
-    spec = {"kind": "decontaminate", "inputs": {"data": {"n": None, "path": str(rows)}}, "eval": None,
-            "output_dir": str(out), "mlflow_run_id": "0" * 32, "deepspeed_config": None,
-            "stage": {"name": "decontam", "kind": "decontaminate", "data": {"source": "upstream.dataset"},
-                      "eval_sets": [{"source": "synthetic_math", "split": "eval", "n": 50}]}}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    stage = {"name": "decontam", "kind": "decontaminate", "data": {"source": "upstream.dataset"},
+             "eval_sets": [{"source": "synthetic_math", "split": "eval", "n": 50}]}
+    spec = WorkerSpec(kind="decontaminate", stage=stage, inputs={"data": {"n": None, "path": str(rows)}}, eval=None,
+                      output_dir=str(out), mlflow_run_id="0" * 32)
+    (tmp_path / "spec.json").write_text(spec.model_dump_json())
     code = ("import sys; from pipeline.worker import main; main([sys.argv[1]]); "
             "print(sorted(m for m in ('torch', 'mlflow', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "spec.json")], capture_output=True, text=True,
