@@ -19,7 +19,6 @@ HOSTILE = {
     "fork_bomb": "import os\nwhile True:\n    os.fork()\ndef f(): return 1",
     "allocate_10gb": "x = bytearray(10 * 1024 ** 3)\ndef f(): return 1",
     "infinite_loop": "while True:\n    pass\ndef f(): return 1",
-    "kill_parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef f(): return 1",
 }
 
 
@@ -39,6 +38,16 @@ def test_hostile_code_scores_zero_and_is_contained(name):
     assert reward(completions=[completion(HOSTILE[name])], answer=[SPEC]) == [0.0]
     assert time.time() - start < 15
     assert os.getppid() > 0  # we are still here; so is our parent
+
+
+def test_the_harness_survives_every_signal_its_child_sends():
+    """The harness is the sandbox's pid 1: a child cannot stop, kill or interrupt it, so a correct
+    program that tries still gets its honest verdict (and a wrong one its honest 0)."""
+    reward = get_reward("code_exec", timeout_s=5)
+    send = ("import os, signal\nfor s in ('SIGKILL', 'SIGSTOP', 'SIGINT', 'SIGTERM', 'SIGPIPE'):\n"
+            "    os.kill(1, getattr(signal, s))\n")
+    assert reward(completions=[completion(send + "def f(): return 1")], answer=[SPEC]) == [1.0]
+    assert reward(completions=[completion(send + "def f(): return 2")], answer=[SPEC]) == [0.0]
 
 
 def test_writes_outside_the_temp_dir_do_not_land(tmp_path):
@@ -62,7 +71,7 @@ def test_environment_secrets_are_not_visible(monkeypatch):
 
 def test_no_process_outlives_a_fork_bomb():
     result = run_python("import os, time\nfor _ in range(20):\n    if os.fork() == 0:\n        time.sleep(60)\ntime.sleep(60)",
-                        timeout_s=2)
+                        timeout_s=2, max_procs=32, memory_mb=2048)
     assert result.timed_out
     time.sleep(0.3)
     sleepers = []
@@ -127,7 +136,7 @@ def test_the_sandbox_is_isolated(home):
     assert max(seen["pids"]) < 10  # its own pid namespace: only bwrap's init and itself
     assert seen["interfaces"] == ["lo"] and seen["hostname"] == "sandbox"
     assert set(seen["root"]) <= {"bin", "dev", "lib", "lib64", "proc", "sbin", "tmp", "usr", "work"}
-    assert seen["cwd"] == "/work" and set(seen["env"]) <= {"PATH", "LANG", "HOME", "PWD"}
+    assert seen["cwd"] == "/work" and set(seen["env"]) <= {"PATH", "LANG", "HOME", "TMPDIR", "PWD"}
     assert not any(seen["visible"].values()), seen["visible"]  # not the repo, $POSTTRAIN_HOME, the venv, homes
 
 

@@ -8,15 +8,21 @@ The code is the last ```python block of the answer part (after </think>), or the
 Cases are scored as the fraction passed, or 1/0 for all-or-nothing with `cases_scoring: all`.
 
 How a result is trusted: the completion runs in its own process inside the sandbox and the tests
-run in the harness (stages/rewards/harness.py), which only ever receives plain data from it, and
-writes its verdict on a pipe the completion does not hold. No verdict, a malformed one, a timeout:
-the sample scores 0. Scores are clamped to [0, 1].
+run in the harness (stages/rewards/harness.py), the sandbox's pid 1, which only ever receives plain
+data from it and writes its verdict, stamped with a one-time nonce, on a private pipe only the
+harness holds (stages/rewards/sandbox.py says what keeps model code away from it). The host takes
+exactly one verdict line with the right nonce from a harness that exited 0; no verdict, two, a
+malformed one, a wrong nonce, a non-zero exit, a timeout, an output flood: the sample scores 0. A
+row whose tests cannot run as given (a name they use is defined nowhere) is unjudged (None).
+Scores are clamped to [0, 1].
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
@@ -27,9 +33,10 @@ from stages.rewards.base import Reward, completion_text
 from stages.rewards.sandbox import SANDBOX_TAG, Limits, require_sandbox, run_python, sandbox_python
 
 FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
+log = logging.getLogger(__name__)
 HARNESS = Path(harness.__file__).read_text()  # its source runs inside the sandbox (`python -c`)
 STARTUP_S = 3.0  # bwrap, the harness and the child's interpreter start before the test budget runs
-COUNTERS = ("sandbox_runs", "timeouts", "memory_kills", "harness_errors", "unjudged")
+COUNTERS = ("sandbox_runs", "timeouts", "memory_kills", "harness_errors", "output_floods", "unjudged")
 
 
 def extract_code(text: str) -> str:
@@ -63,21 +70,28 @@ def build_job(code: str, spec: dict, limits: Limits) -> dict:
     # A HumanEval completion may continue the prompt (a function body) or restate the function.
     program = code if (not prefix or code.lstrip().startswith(("def ", "import ", "from ", "class "))) else prefix + code
     job = {"mode": spec["mode"], "program": program, "prefix": prefix, "python": sandbox_python(),
-           "budget_s": limits.timeout_s, "call_timeout_s": limits.timeout_s}
+           "budget_s": limits.timeout_s, "call_timeout_s": limits.timeout_s, "max_procs": limits.max_procs,
+           "nonce": secrets.token_hex(16)}
     for key in ("test", "entry_point", "tests", "cases"):
         if key in spec:
             job[key] = spec[key]
     return job
 
 
-def read_verdict(stdout: str) -> dict | None:
-    """The harness's last line, if it is a well-formed verdict."""
-    lines = stdout.strip().splitlines()
+def read_verdict(channel: bytes | None, nonce: str) -> dict | None:
+    """The harness's verdict: exactly one JSON line carrying `nonce`, either a data error or a
+    well-formed pass count; None for anything else."""
+    if not channel or channel.count(b"\n") != 1 or not channel.endswith(b"\n"):
+        return None
     try:
-        verdict = json.loads(lines[-1]) if lines else None
+        verdict = json.loads(channel)
     except ValueError:
         return None
-    ok = (isinstance(verdict, dict) and type(verdict.get("passed")) is int and type(verdict.get("total")) is int
+    if not isinstance(verdict, dict) or verdict.get("nonce") != nonce:
+        return None
+    if isinstance(verdict.get("data_error"), str):
+        return verdict
+    ok = (type(verdict.get("passed")) is int and type(verdict.get("total")) is int
           and 0 <= verdict["passed"] <= verdict["total"] and verdict["total"] > 0)
     return verdict if ok else None
 
@@ -94,15 +108,22 @@ def score_code(completion: str, answer: str | None, limits: Limits, counters: di
     job = build_job(extract_code(completion), spec, limits)
     host_limits = Limits(**{**limits.__dict__, "timeout_s": limits.timeout_s + STARTUP_S})
     result = run_python(HARNESS, stdin=json.dumps(job).encode(), limits=host_limits,
-                        allow_unsandboxed=allow_unsandboxed)
+                        allow_unsandboxed=allow_unsandboxed, channel=True)
     counters["sandbox_runs"] += 1
     if result.timed_out:
         counters["timeouts"] += 1
         return 0.0
-    verdict = read_verdict(result.stdout)
-    if verdict is None:  # the harness died (killed by the completion, out of memory) or spoke nonsense
+    if result.output_overflow:
+        counters["output_floods"] += 1
+        return 0.0
+    verdict = read_verdict(result.channel, job["nonce"]) if result.returncode == 0 else None
+    if verdict is None:  # the harness died (out of memory, say), exited badly or spoke nonsense
         counters["harness_errors"] += 1
         return 0.0
+    if "data_error" in verdict:
+        log.warning("code_exec: the row's tests cannot run as given: %s", verdict["data_error"])
+        counters["unjudged"] += 1
+        return None
     events = verdict.get("events") or {}
     counters["timeouts"] += int(events.get("timeouts", 0))
     counters["memory_kills"] += int(events.get("memory_errors", 0))

@@ -1,6 +1,6 @@
 """The test harness `code_exec` runs inside the sandbox. Standard library only: its source is passed
 to `python -I -S -c`, the job arrives as one JSON document on stdin, and the verdict leaves as one
-JSON line on this process's stdout.
+JSON line on a private pipe whose fd number is `sys.argv[1]` (stages/rewards/sandbox.py).
 
 Why it is built this way: a completion that runs in the same process as its tests can rewrite how
 they run and how their result is reported (shadow `exec` or `print`, patch builtins, register an
@@ -13,12 +13,24 @@ in this process:
   str, bytes, complex, and lists, tuples, dicts, sets of those). Nothing else crosses: no object the
   completion made can reach the tests, so no custom `__eq__`, no shadowed builtin, no patched module.
 - The tests run HERE, with the row's trusted prefix code; the function under test is a proxy that
-  calls into the child. Names the prefix or the tests define stay the trusted ones.
-- This process makes itself non-dumpable before the child starts, so the child (same uid) cannot
-  ptrace it or open its /proc files (memory, file descriptors). The verdict goes to this process's
-  stdout, which the child never holds. If the child kills the harness, no verdict appears and the
-  sample scores 0: any exit path other than "the tests ran and passed" is a failure.
-- stdin/stdout cases run the program once per case in a fresh child and compare its output here.
+  calls into the child. Which names are the completion's is decided by the tests' own namespace:
+  the entry point (or, without one, the single name every test calls that trusted code does not
+  define). Any other name the tests need and trusted code does not define (a missing `import math`,
+  say) makes the row a data error, reported as such, never resolved from the completion.
+- A call that raised in the child, of any type (StopIteration, GeneratorExit, SystemExit,
+  KeyboardInterrupt, BaseException subclasses), or died or timed out, fails the test it happened
+  in, whatever the test code did with the exception: `all(map(f, xs))` stops early on a
+  StopIteration, and a test that swallows exceptions would pass.
+
+Who can reach the verdict: this process is the sandbox's pid 1 (bwrap `--as-pid-1`), so no bwrap
+reaper inside holds any of our pipes, the child cannot signal us (a namespace's init receives only
+the signals it handles, and we handle none), and our exit kills every process left in the sandbox.
+We make ourselves non-dumpable before the child starts, so the child (same uid) cannot open our
+/proc files, and the sandbox's seccomp filter denies ptrace, pidfd_open, pidfd_getfd and
+process_vm_* outright. The result pipe is held by us alone (children are started with close_fds),
+and the verdict carries the job's one-time nonce, which only this process's memory holds. The host
+accepts exactly one verdict line, with the right nonce, from a harness that exited 0; anything else
+scores 0.
 
 Departure from the usual harnesses (HumanEval's, open-r1's): calls cross a process boundary, so a
 test that passes a function as an argument, or checks that the candidate mutated its argument in
@@ -29,7 +41,9 @@ import ast
 import builtins
 import json
 import os
+import resource
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -111,6 +125,15 @@ class ChildDied(Exception):
     pass
 
 
+class CandidateFailed(BaseException):
+    """A call into the completion raised, died or ran out of time. A BaseException, so that test
+    code's `except Exception` does not swallow it; the test fails even where test code catches it."""
+
+
+class DataError(Exception):
+    """The row's tests cannot be run as given (a name they use is defined nowhere trusted)."""
+
+
 class Child:
     """The completion's process, and calls into it with a deadline."""
 
@@ -169,10 +192,7 @@ class Child:
                 break
         if "raised" in reply:
             self.note_error(reply["raised"])
-            kind = getattr(builtins, str(reply["raised"]), None)
-            if isinstance(kind, type) and issubclass(kind, Exception):
-                raise kind("raised by the candidate")
-            raise RuntimeError(f"the candidate raised {reply['raised']}")
+            raise CandidateFailed(f"the candidate raised {str(reply['raised'])[:100]}")
         return decode(reply["value"])
 
     def kill(self) -> None:
@@ -181,10 +201,49 @@ class Child:
         self.proc.wait()
 
 
+def free_names(source: str) -> set[str]:
+    """Names a piece of test code reads that it does not bind anywhere itself (an over-approximation
+    of what it binds: a name bound anywhere counts as its own)."""
+    tree = ast.parse(source)
+    loaded, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return loaded - bound
+
+
+def candidate_names(job: dict, tests: list[str], trusted: dict) -> set[str]:
+    """The names the tests take from the completion: the entry point(s), or the one name every test
+    needs that trusted code and Python do not define. Raises DataError when any other name is
+    missing, or no single candidate can be told apart."""
+    needed = [{n for n in free_names(t) if n not in trusted and not hasattr(builtins, n)} for t in tests]
+    entry = job.get("entry_point")
+    if entry:
+        names = {entry} if isinstance(entry, str) else set(entry)
+    else:
+        common = set.intersection(*needed) if needed else set()
+        if len(common) != 1:
+            raise DataError(f"no entry point given and the tests share {len(common)} undefined names "
+                            f"({sorted(common)[:5]}); name the function under test as entry_point")
+        names = common
+    missing = set().union(*needed) - names
+    if missing:
+        raise DataError(f"the tests use {sorted(missing)[:5]}, which neither they nor their prefix define")
+    return names
+
+
 def run_function_tests(job: dict, deadline: float, events: dict) -> tuple[int, int]:
     """HumanEval `check(candidate)` (mode "check") or a list of assert statements (mode "asserts")."""
     tests = [job["test"]] if job["mode"] == "check" else list(job["tests"])
-    state = {"child": None, "starts": 0}
+    state = {"child": None, "starts": 0, "failed": False}
 
     def child() -> Child:
         current = state["child"]
@@ -197,7 +256,11 @@ def run_function_tests(job: dict, deadline: float, events: dict) -> tuple[int, i
 
     def proxy(name):
         def candidate(*args, **kwargs):
-            return child().call(name, args, kwargs, job["call_timeout_s"])
+            try:
+                return child().call(name, args, kwargs, job["call_timeout_s"])
+            except BaseException as e:  # raised, died, timed out, unencodable: this test fails
+                state["failed"] = True
+                raise CandidateFailed(str(e)[:200]) from None
         candidate.__name__ = candidate.__qualname__ = name
         return candidate
 
@@ -205,33 +268,70 @@ def run_function_tests(job: dict, deadline: float, events: dict) -> tuple[int, i
     exec(compile(job.get("prefix") or "", "<prefix>", "exec"), trusted)
     if job["mode"] == "check":
         exec(compile(job["test"], "<tests>", "exec"), trusted)
-    # Proxies only for names the tests use that neither the trusted code nor Python defines: a
-    # completion that defines `abs` or `check` changes nothing the tests see.
-    used = {n.id for t in tests for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Name)}
+        if not callable(trusted.get("check")):
+            raise DataError("the test code defines no check(candidate)")
+    names = candidate_names(job, tests, trusted)
     try:
-        defined = child().names
+        child()
     except Exception:  # it failed to load, timed out, or answered nonsense: every test fails
         return 0, len(tests)
-    for name in defined:
-        if name in used and name not in trusted and not hasattr(builtins, name):
-            trusted[name] = proxy(name)
-    if job.get("entry_point"):
-        trusted[job["entry_point"]] = proxy(job["entry_point"])
+    for name in names:  # a completion that defines `abs` or `check` changes nothing the tests see
+        trusted[name] = proxy(name)
     passed = 0
     for test in tests:
         if time.monotonic() >= deadline:
             break
+        state["failed"] = False
         try:
             if job["mode"] == "check":
                 trusted["check"](trusted[job["entry_point"]])
             else:
                 exec(compile(test, "<test>", "exec"), trusted)
-            passed += 1
-        except Exception:  # a failed assert, a wrong type, a dead or slow candidate: that test fails
+            passed += not state["failed"]
+        except BaseException:  # a failed assert, a wrong type, a dead or slow candidate: that test fails
             pass
     if state["child"] is not None:
         state["child"].kill()
     return passed, len(tests)
+
+
+def run_bounded(argv: list[str], data: bytes, timeout_s: float, cap: int) -> tuple[int | None, bytes, bytes]:
+    """(returncode or None when it ran past `timeout_s` or wrote more than `cap` bytes, stdout,
+    stderr's tail). Output is read as it comes and never held past `cap`."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            close_fds=True, start_new_session=True)
+    out, err, until = b"", b"", time.monotonic() + timeout_s
+    try:
+        try:
+            proc.stdin.write(data)
+            proc.stdin.close()
+        except OSError:
+            pass
+        open_fds = {proc.stdout.fileno(), proc.stderr.fileno()}
+        while open_fds:
+            left = until - time.monotonic()
+            if left <= 0:
+                return None, out, err
+            for fd in select.select(list(open_fds), [], [], left)[0]:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    open_fds.discard(fd)
+                elif fd == proc.stdout.fileno():
+                    out += chunk
+                    if len(out) > cap:
+                        return None, out, err
+                else:
+                    err = (err + chunk)[-4096:]
+        try:
+            return proc.wait(timeout=max(0.0, until - time.monotonic())), out, err
+        except subprocess.TimeoutExpired:
+            return None, out, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
 
 
 def run_io_cases(job: dict, deadline: float, events: dict) -> tuple[int, int]:
@@ -244,15 +344,15 @@ def run_io_cases(job: dict, deadline: float, events: dict) -> tuple[int, int]:
         left = min(deadline - time.monotonic(), job["call_timeout_s"])
         if left <= 0:
             break
-        try:
-            run = subprocess.run([job["python"], "-I", "-S", "prog.py"], input=str(case["input"]).encode(),
-                                 capture_output=True, timeout=left, close_fds=True, start_new_session=True)
-        except subprocess.TimeoutExpired:
+        expected = str(case["output"])
+        cap = 4 * len(expected.encode()) + 4096  # room for whitespace differences, not for a flood
+        code, out, err = run_bounded([job["python"], "-I", "-S", "prog.py"], str(case["input"]).encode(), left, cap)
+        if code is None:
             events["timeouts"] += 1
             continue
-        if b"MemoryError" in run.stderr[-2000:]:
+        if b"MemoryError" in err[-2000:]:
             events["memory_errors"] += 1
-        if run.returncode == 0 and run.stdout.decode(errors="replace").split() == str(case["output"]).split():
+        if code == 0 and out.decode(errors="replace").split() == expected.split():
             passed += 1
     return passed, len(job["cases"])
 
@@ -266,17 +366,27 @@ def undumpable() -> None:
 
 
 def main() -> None:
+    channel = int(sys.argv[1])
+    os.set_inheritable(channel, False)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as pid 1, a signal we do not handle never arrives
     job = json.loads(sys.stdin.read())
     started = time.monotonic()
     deadline = started + float(job["budget_s"])
     events = {"timeouts": 0, "memory_errors": 0, "child_deaths": 0}
     undumpable()
-    if job["mode"] == "io":
-        passed, total = run_io_cases(job, deadline, events)
-    else:
-        passed, total = run_function_tests(job, deadline, events)
-    verdict = {"passed": passed, "total": total, "events": events, "seconds": time.monotonic() - started}
-    os.write(1, json.dumps(verdict).encode() + b"\n")
+    n = int(job["max_procs"])  # set again inside our user namespace: the whole sandbox's allowance
+    resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    verdict = {"nonce": job["nonce"]}
+    try:
+        if job["mode"] == "io":
+            passed, total = run_io_cases(job, deadline, events)
+        else:
+            passed, total = run_function_tests(job, deadline, events)
+        verdict.update(passed=passed, total=total, events=events, seconds=time.monotonic() - started)
+    except (DataError, SyntaxError) as e:  # the row's own code is broken: nobody can pass or fail it
+        verdict["data_error"] = f"{type(e).__name__}: {e}"[:500]
+    os.write(channel, json.dumps(verdict).encode() + b"\n")
+    os.close(channel)
 
 
 if __name__ == "__main__":
