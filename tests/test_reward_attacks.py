@@ -157,3 +157,138 @@ def test_output_is_read_with_a_bounded_reader():
     assert reward(completions=[flood], answer=[ASSERTS]) == [0.0]
     io_flood = completion("print('2 ' * (50 << 20))")
     assert reward(completions=[io_flood], answer=[CASES]) == [0.0]
+
+
+# Rewards a policy could max without doing the task. Each row: (reward, params, attack, honest wrong
+# answer, gold / prompt column); the attack must score no more than the honest wrong answer.
+NO_THINK = [{"role": "user", "content": "What is 3 + 4? /no_think"}]
+TEXT_ATTACKS = {
+    "no_think_then_a_second_think_block": (
+        "thinking_flag", {}, "<think>\n\n</think>\n\n<think>3 plus 4 is 7</think> 7", "<think>3 plus 4</think> 7", NO_THINK),
+    "after_think_reads_a_second_block": (
+        "accuracy_math", {"after_think": True}, "<think>\n\n</think>\n\n<think>so</think> \\boxed{7}",
+        "<think>so</think> \\boxed{8}", "7"),
+    "format_tags_out_of_order": ("format_tags", {}, "</think> 7 <think>", "no tags at all, 7", "7"),
+    "format_tags_answer_inside_out": (
+        "format_tags", {"answer_tags": True}, "</answer></think>7<answer><think>", "7", "7"),
+    "cosine_length_boxed_in_the_thinking": (
+        "cosine_length", {"answer_tags": True, "max_len": 200}, "<think>\\boxed{7}</think> <answer>8</answer>",
+        "<think>abcdefghi</think> <answer>8</answer>", "7"),  # same length: the cosine pays for length
+    "ifeval_lowercase_without_case": ("ifeval_constraints", {}, "中文回答", "This Has Capitals",
+                                      json.dumps([{"type": "lowercase"}])),
+    "ifeval_uppercase_without_case": ("ifeval_constraints", {}, "中文回答", "this has none",
+                                      json.dumps([{"type": "uppercase"}])),
+    "ifeval_keyword_inside_a_word": ("ifeval_constraints", {}, "we concatenate strings", "we join strings",
+                                     json.dumps([{"type": "keywords", "words": ["cat"]}])),
+    "ifeval_json_as_a_quoted_string": ("ifeval_constraints", {}, '"json"', "not json",
+                                       json.dumps([{"type": "json"}])),
+    "ifeval_forbidden_word_in_cyrillic": ("ifeval_constraints", {}, "I like t\u0435a", "I like tea",
+                                          json.dumps([{"type": "forbidden_words", "words": ["tea"]}])),
+    "ifeval_forbidden_word_zero_width": ("ifeval_constraints", {}, "I like te\u200ba", "I like tea",
+                                         json.dumps([{"type": "forbidden_words", "words": ["tea"]}])),
+    "ifeval_language_hidden_in_code": (
+        "ifeval_constraints", {}, "`we reason in English here and add much more text to fill the line` 好",
+        "we reason in English here", json.dumps([{"type": "language", "language": "zh"}])),
+}
+ENGLISH = "first we add the two numbers and then we check the result carefully"
+CHINESE = "我们先把两个数相加然后仔细检查结果"
+HIDDEN = {  # English reasoning under a zh target, hidden where the counter did not look
+    "inline_code": f"`{ENGLISH}` 好",
+    "dollar_math": f"${ENGLISH}$ 好",
+    "unclosed_fence": f"好\n```\n{ENGLISH}",
+    "latex_commands": " ".join(f"\\{w}" for w in ENGLISH.split()) + " 好",
+    "call_shaped": f"f({ENGLISH}) 好",
+    "chained_short_spans": " ".join(f"`{a} {b}`" for a, b in zip(ENGLISH.split()[::2], ENGLISH.split()[1::2])) + " 好",
+}
+
+
+def judge(name: str, params: dict, text: str, column) -> float | None:
+    reward = get_reward(name, **params)
+    prompt = column if isinstance(column, list) else "q"
+    return reward(prompts=[prompt], completions=[text], answer=[column if isinstance(column, str) else None])[0]
+
+
+@pytest.mark.parametrize("case", sorted(TEXT_ATTACKS))
+def test_text_rewards_pay_nothing_for_the_trick(case):
+    name, params, trick, honest_wrong, column = TEXT_ATTACKS[case]
+    honest = judge(name, params, honest_wrong, column)
+    assert judge(name, params, trick, column) <= honest, (case, honest)
+
+
+@pytest.mark.parametrize("where", sorted(HIDDEN))
+def test_reasoning_hidden_from_the_language_counter_counts(where):
+    reward = get_reward("language_consistency", language="zh", thinking_only=False)
+    assert reward(completions=[f"{ENGLISH} 好"]) == [pytest.approx(1 / 14)]  # English reasoning, in the open
+    hidden = reward(completions=[HIDDEN[where]])[0]
+    assert hidden is not None and hidden <= 0.2, (where, hidden)  # it was 1.0 (or None: nothing counted)
+    if ENGLISH in HIDDEN[where]:  # and Chinese reasoning under an en target, hidden the same way
+        reverse = get_reward("language_consistency", language="en", thinking_only=False)
+        assert reverse(completions=[HIDDEN[where].replace(ENGLISH, CHINESE).replace("好", "ok")])[0] <= 0.2, where
+
+
+def test_real_code_and_math_stay_neutral():
+    reward = get_reward("language_consistency", language="zh", thinking_only=False)
+    text = f"{CHINESE}，计算 $x^2 + 1 = 5$，用 `print(x)` 和 f(x)，得到 \\frac{{1}}{{2}}。"
+    assert reward(completions=[text]) == [1.0]
+
+
+def test_the_language_counter_is_linear():
+    import time
+
+    from stages.core.language import consistency
+
+    for unit in ("\\(", "```", "$", "f(", "`"):
+        started = time.perf_counter()
+        consistency(unit * (80_000 // len(unit)), "en")
+        assert time.perf_counter() - started < 2.0, unit  # it took ~10 s when quadratic
+
+
+def test_an_empty_constraint_list_is_unjudged_not_a_pass():
+    reward = get_reward("ifeval_constraints")
+    assert reward(completions=["anything"], answer=["[]"]) == [None]
+
+
+def test_a_batch_of_adversarial_math_answers_costs_one_budget():
+    reward = get_reward("accuracy_math", timeout_s=1.5, workers=2)  # its own pool: others count timeouts too
+    tower = "\\boxed{2^{2^{2^{100}}}}"  # sympy works on it past any timeout
+    honest = ["\\boxed{7}"] * 4
+    scores = reward(completions=honest + [tower] * 4, answer=["7"] * 8)
+    assert scores == [1.0] * 4 + [0.0] * 4
+    # two workers, four towers: without the budget the batch waits two full timeouts; with it, about one
+    assert reward.counters["budget_cuts"] >= 1 and reward.counters["timeouts"] >= 1
+    assert reward(completions=["\\boxed{" + "9" * 100_000 + "}"], answer=["7"]) == [0.0]  # refused before sympy
+
+
+# Validation refuses reward setups that can never be earned, naming the YAML path.
+R1_ZERO = "stages.zero_rl.rewards=[{name: accuracy_math, params: {answer_tags: true}}, {name: format_think, params: " \
+          "{answer_tags: true}}, %s]"
+UNEARNABLE = {
+    "accuracy_weight_zero": ("stages.zero_rl.rewards=[{name: accuracy_math, weight: 0, params: {answer_tags: true}}]",
+                             r"stages\[0\]\.rewards\[0\]\.weight: reward accuracy_math .* would ignore"),
+    "accuracy_weight_negative": ("stages.zero_rl.rewards=[{name: accuracy_math, weight: -1, params: {answer_tags: true}}]",
+                                 r"stages\[0\]\.rewards\[0\]\.weight: .* would punish"),
+    "start_step_past_max_steps": (R1_ZERO % "{name: repetition, start_step: 100000}",
+                                  r"stages\[0\]\.rewards\[2\]\.start_step: .* never count"),
+    "only_code_on_math_data": (R1_ZERO % "{name: repetition, only: [code]}",
+                               r"stages\[0\]\.rewards\[2\]\.only: .* holds only \['math'\] rows"),
+    "code_exec_on_math_data": (R1_ZERO % "{name: code_exec}", r"stages\[0\]\.rewards\[2\]\.name: reward code_exec judges"),
+    "cosine_length_with_answer_tags": (R1_ZERO % "{name: cosine_length}",
+                                       r"stages\[0\]\.rewards\[2\]\.params: reward cosine_length's correctness check"),
+    "length_kimi_reads_elsewhere": (R1_ZERO % "{name: length_kimi, params: {answer_tags: true, after_think: true}}",
+                                    r"stages\[0\]\.rewards\[2\]\.params: reward length_kimi judges correctness with"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNEARNABLE))
+def test_validation_refuses_rewards_that_cannot_be_earned(case):
+    from pipeline.recipe import RecipeError, load_recipe
+
+    override, message = UNEARNABLE[case]
+    with pytest.raises(RecipeError, match=message):
+        load_recipe("r1_zero", "tiny", [override])
+
+
+def test_a_length_reward_that_reads_the_answer_where_accuracy_does_validates():
+    from pipeline.recipe import load_recipe
+
+    load_recipe("r1_zero", "tiny", [R1_ZERO % "{name: cosine_length, params: {answer_tags: true}}"])

@@ -29,6 +29,12 @@ ORIGINS = {  # where each source's rows come from, for the README and `posttrain
 RESERVED = {"split", "n", "seed", "on_bad_rows", "skipped"}
 
 
+def source_verifiers(name: str) -> set[str] | None:
+    """The verifiers a named source's rows can carry; None when only the rows can say (files)."""
+    verifiers = getattr(MODULES.get(name), "VERIFIERS", None)
+    return None if verifiers is None else set(verifiers)
+
+
 def source_params(name: str) -> set[str]:
     return set(inspect.signature(SOURCES[name]).parameters)
 

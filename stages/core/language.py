@@ -4,9 +4,18 @@ target language.
 Words are counted by script, since a dictionary per language is more than a reward needs: a run of
 Latin letters is one word, each CJK ideograph or kana is one word (those scripts put no spaces
 between words), a run of Hangul is one word, a run of Cyrillic (or Greek, Arabic, ...) letters is
-one word. Code blocks, inline code, LaTeX commands and math, numbers and single-letter variables
-are neutral: not counted at all. Departure from the paper: languages that share a script (English
-and French, say) are not told apart.
+one word. Departure from the paper: languages that share a script (English and French, say) are
+not told apart.
+
+Code and mathematics are neutral, but only where they really are code or mathematics, since a
+policy will hide its reasoning wherever the counter does not look. A span is neutral when it is
+CLOSED (a fenced block, an inline code span, `$...$`, `$$...$$`, `\\(...\\)`, `\\[...\\]`, a call
+`name(args)` on one line, or a known LaTeX command such as `\\frac`), SMALL (at most MAX_SPAN
+characters inside; longer, it is not skipped), and holds no run of three or more space-separated
+words (prose). Inside a neutral span only ASCII is skipped: Chinese in a code comment still counts.
+Neutral spans may cover at most half of the text; past that, they count. Unknown `\\word` commands
+and identifiers outside spans count as words. The scan is linear: each opener looks at most
+MAX_SPAN characters ahead.
 """
 
 from __future__ import annotations
@@ -29,23 +38,59 @@ LANGUAGE_SCRIPTS = {
     "zh": {"han"}, "ja": {"han", "kana"}, "ko": {"hangul", "han"}, "ru": {"cyrillic"}, "uk": {"cyrillic"},
     "el": {"greek"}, "ar": {"arabic"}, "hi": {"devanagari"},
 }
-NEUTRAL = [
-    re.compile(r"```.*?(```|$)", re.DOTALL),  # fenced code, closed or not
-    re.compile(r"`[^`\n]*`"),  # inline code
-    re.compile(r"\$\$.*?\$\$|\$[^$\n]*\$|\\\(.*?\\\)|\\\[.*?\\\]", re.DOTALL),  # math
-    re.compile(r"\\[A-Za-z]+"),  # stray LaTeX commands such as \frac outside $...$
-    re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\([^)]*\)", re.ASCII),  # calls like f(x) or print(a)
-    # identifiers with digits or underscores, and numbers: ASCII only, so the digits in
-    # "我们有3个苹果" are dropped but the Han characters around them still count
-    re.compile(r"\b[A-Za-z0-9_]*[_0-9][A-Za-z0-9_]*\b", re.ASCII),
-]
+# opener -> (closer, the most characters between them, whether a newline may stand between them)
+CLOSERS = {"```": ("```", 2000, True), "`": ("`", 80, False), "$$": ("$$", 300, True), "$": ("$", 200, False),
+           "\\(": ("\\)", 300, True), "\\[": ("\\]", 300, True), "(": (")", 60, False)}
+OPENER = re.compile(r"```|`|\$\$|\$|\\\(|\\\[|(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]{0,30}\(|\\[A-Za-z]+")
+LATEX_COMMANDS = frozenset(
+    "frac dfrac tfrac sqrt times cdot div pm mp leq geq le ge neq ne approx equiv sim propto infty sum prod int "
+    "lim log ln exp sin cos tan sec csc cot arcsin arccos arctan pi alpha beta gamma delta epsilon theta lambda mu "
+    "sigma phi omega Delta Sigma Omega left right quad qquad boxed ldots cdots dots binom choose mod pmod bmod "
+    "mathbb mathrm mathbf overline underline hat bar vec angle circ degree perp parallel cup cap subset subseteq "
+    "in notin forall exists to rightarrow Rightarrow implies iff begin end cases align aligned".split())
+PROSE = re.compile(r"[^\W\d_]{2,}(?:\s+[^\W\d_]{2,}){2,}")
+ASCII = re.compile(r"[\x00-\x7f]+")
+NEUTRAL_SHARE = 0.5
+
+
+def neutral_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each closed, small, prose-free code or math span, in order."""
+    spans, i = [], 0
+    while m := OPENER.search(text, i):
+        token = m.group()
+        if token.startswith("\\") and token not in CLOSERS:  # a LaTeX command: neutral when known
+            if token[1:] in LATEX_COMMANDS:
+                spans.append(m.span())
+            i = m.end()
+            continue
+        closer, limit, multiline = CLOSERS["(" if token.endswith("(") and token not in CLOSERS else token]
+        end = text.find(closer, m.end(), m.end() + limit + len(closer))
+        body = text[m.end():end]
+        if end < 0 or (not multiline and "\n" in body) or PROSE.search(body):
+            i = m.end()
+            continue
+        spans.append((m.start(), end + len(closer)))
+        i = end + len(closer)
+    return spans
+
+
+def counted_text(text: str) -> str:
+    """The text as the counter reads it: neutral spans reduced to what they hold beyond ASCII, up to
+    NEUTRAL_SHARE of the text; the rest as written."""
+    pieces, last, budget = [], 0, NEUTRAL_SHARE * len(text)
+    for start, end in neutral_spans(text):
+        budget -= end - start
+        if budget < 0:
+            break
+        pieces += [text[last:start], " ", ASCII.sub(" ", text[start:end]), " "]
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def script_counts(text: str) -> dict[str, int]:
-    for pattern in NEUTRAL:
-        text = pattern.sub(" ", text)
     counts: dict[str, int] = {}
-    for m in WORD.finditer(text):
+    for m in WORD.finditer(counted_text(text)):
         counts[m.lastgroup] = counts.get(m.lastgroup, 0) + 1
     return counts
 

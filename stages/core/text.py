@@ -53,13 +53,23 @@ def extract_answer(text: str, answer_is_fallback: bool = True) -> str | None:
     return None
 
 
+def one_closed_thinking(text: str) -> bool:
+    """Exactly one `</think>`, at most one `<think>`, and that one before it: a second thinking
+    block, or tags out of order, is not the template's layout (the `<think>` may sit in the prompt)."""
+    if text.count("</think>") != 1 or text.count("<think>") > 1:
+        return False
+    opened = text.find("<think>")
+    return opened < text.find("</think>")
+
+
 def answer_region(text: str, answer_tags: bool = False, after_think: bool = False) -> str | None:
     """The part of a completion the answer is read from; None when the template's place for it is
-    missing (no `</think>` with after_think, no `<answer>` block with answer_tags)."""
+    missing or ambiguous (with after_think or answer_tags: not exactly one closed thinking block,
+    see `one_closed_thinking`; with answer_tags: no `<answer>` block after it)."""
     if after_think or answer_tags:
-        if "</think>" not in text:
+        if not one_closed_thinking(text):
             return None
-        text = text.rsplit("</think>", 1)[1]
+        text = text.split("</think>", 1)[1]
     if answer_tags:
         blocks = ANSWER_TAG.findall(text)
         return blocks[-1] if blocks else None

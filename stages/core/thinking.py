@@ -70,7 +70,10 @@ def flag_messages(messages: list[dict], mode: Mode) -> list[dict]:
 def complies(text: str, mode: str) -> bool:
     """Whether a completion follows its mode: the empty think block for no_think; for think, an
     opened block with some thinking in it (closed or not: a long thought cut by the token limit
-    still obeyed the flag)."""
+    still obeyed the flag). Either way ONE block: a second `<think>` or `</think>` (an empty block
+    followed by the reasoning in another) does not comply."""
+    if text.count("<think>") != 1 or text.count("</think>") > 1:
+        return False
     if mode == "no_think":
         return text.startswith(EMPTY_THINK.strip())
     rest = text.removeprefix("<think>")

@@ -109,6 +109,10 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
 
     def semantic_errors(self) -> list[tuple[tuple, str]]:
         errors = [(("rewards",) + rel, msg) for rel, msg in check_reward_specs(self.rewards, self.max_completion_length)]
+        for j, r in enumerate(self.rewards):
+            if r.start_step >= self.max_steps:
+                errors.append((("rewards", j, "start_step"), f"reward {r.name} starts at step {r.start_step}, and the "
+                               f"stage ends after max_steps = {self.max_steps}: it would never count"))
         names = [r.name for r in self.rewards]
         if self.success_reward and self.success_reward not in names:
             errors.append((("success_reward",), f"{self.success_reward!r} is not one of this stage's rewards {names}"))

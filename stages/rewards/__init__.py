@@ -56,6 +56,9 @@ def check_reward_specs(specs, stage_max_length: int | None = None) -> list[tuple
     for j, spec in enumerate(specs):
         if msg := check_reward(spec.name, spec.params, stage_max_length):
             errors.append(((j, "name" if "unknown reward" in msg else "params"), msg))
+        elif REWARDS[spec.name].accuracy and spec.weight <= 0:
+            errors.append(((j, "weight"), f"reward {spec.name} judges whether the task was done: a weight of "
+                           f"{spec.weight} would {'ignore' if spec.weight == 0 else 'punish'} doing it"))
     return errors
 
 

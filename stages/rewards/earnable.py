@@ -2,7 +2,9 @@
 (stages.core.templates.reference_completion) and scores it with every accuracy-type reward; one that
 stays below its maximum can never be earned, whatever the policy learns. This catches a template
 and a reward that disagree on where the answer goes (R1-Zero's <answer> tags read by a reward that
-looks for \\boxed{}), before any compute is spent."""
+looks for \\boxed{}), before any compute is spent. Length rewards judge correctness with an
+accuracy reward of their own: that one is probed the same way, and must read the answer where the
+stage's `accuracy_math` does (the same answer options), or the two would pay for different answers."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import json
 from stages.core.templates import reference_completion
 from stages.rewards import get_reward
 
+LENGTH_REWARDS = ("cosine_length", "length_kimi")  # they judge correctness with an accuracy_math of their own
+ANSWER_OPTIONS = {"answer_is_fallback": True, "answer_tags": False, "after_think": False}  # accuracy_math's defaults
 PROBE_GOLD = "42"
 PROBE_CODE = "def answer():\n    return 42"
 PROBE_TESTS = json.dumps({"tests": ["assert answer() == 42"]})
@@ -46,13 +50,31 @@ def unearnable(specs, template: str, stage_max_length: int | None = None) -> lis
         if key in _EARNED:
             continue
         reward = get_reward(spec.name, stage_max_length, **spec.params)
-        if reward.accuracy:
-            completion, gold = probe(spec.name, template)
-            value = reward(prompts=["probe"], completions=[completion], answer=[gold], language=["en"])[0]
-            if value is None or value < reward.max_value:
-                errors.append(((j, "params"), f"reward {spec.name} {spec.params or ''} cannot be earned with "
+        judge = reward if reward.accuracy else getattr(reward, "accuracy_reward", None)
+        if judge is not None:
+            completion, gold = probe(judge.name, template)
+            value = judge(prompts=["probe"], completions=[completion], answer=[gold], language=["en"])[0]
+            if value is None or value < judge.max_value:
+                what = ("" if judge is reward else "'s correctness check") + (f" {spec.params}" if spec.params else "")
+                errors.append(((j, "params"), f"reward {spec.name}{what} cannot be earned with "
                                f"template {template!r}: a correct answer in that format scores {value}, not "
-                               f"{reward.max_value} (answer checked: {completion!r})"))
+                               f"{judge.max_value} (answer checked: {completion!r})"))
                 continue
         _EARNED.add(key)
+    errors += mismatched_answer_options(specs)
     return errors
+
+
+def answer_options(params: dict) -> dict:
+    return {k: params.get(k, default) for k, default in ANSWER_OPTIONS.items()}
+
+
+def mismatched_answer_options(specs) -> list[tuple[tuple, str]]:
+    """A length reward whose correctness reads the answer elsewhere than the stage's accuracy_math."""
+    accuracy = [s for s in specs if s.name == "accuracy_math"]
+    if not accuracy:
+        return []
+    wanted = answer_options(accuracy[0].params)
+    return [((j, "params"), f"reward {spec.name} judges correctness with {answer_options(spec.params)}, the stage's "
+             f"accuracy_math with {wanted}: set the same answer options on both")
+            for j, spec in enumerate(specs) if spec.name in LENGTH_REWARDS and answer_options(spec.params) != wanted]

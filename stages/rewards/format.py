@@ -1,7 +1,8 @@
 """Format rewards: DeepSeek-R1's reasoning-in-<think> layout and R1-Zero's <answer> tag style
 (`format_think`, all or nothing), and a tag count with partial credit (`format_tags`) for shaping
 early RL on small models: each of <think>, </think> and, with answer tags, <answer>, </answer>
-that appears exactly once earns its share. `thinking_flag`: Qwen3's format following with the flags
+that appears exactly once earns its share, and only while those tags stand in that order (tags out
+of order, or an answer inside the thinking, earn nothing). `thinking_flag`: Qwen3's format following with the flags
 (stage 4): the completion obeys the /think or /no_think its prompt asks for."""
 
 from __future__ import annotations
@@ -32,8 +33,14 @@ class FormatTags(Reward):
         self.tags_counted = ["<think>", "</think>"] + (["<answer>", "</answer>"] if answer_tags else [])
 
     def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
-        share = 1.0 / len(self.tags_counted)
-        return [float(sum(share for tag in self.tags_counted if completion_text(c).count(tag) == 1)) for c in completions]
+        return [self.score(completion_text(c)) for c in completions]
+
+    def score(self, text: str) -> float:
+        once = [tag for tag in self.tags_counted if text.count(tag) == 1]
+        positions = [text.find(tag) for tag in once]
+        if positions != sorted(positions):
+            return 0.0
+        return len(once) / len(self.tags_counted)
 
 
 class ThinkingFlag(Reward):

@@ -103,17 +103,22 @@ class OverlongDapo(Reward):
 
 
 class CosineLength(Reward):
+    """Correctness comes from `accuracy_math` with the same answer options as the stage's accuracy
+    reward (`answer_tags`, `after_think`): a length reward that judged correctness elsewhere would
+    pay for a right answer where the template does not read it (validation probes this)."""
     name = "cosine_length"
     length_param = "max_len"
 
     def __init__(self, max_len: int | None = None, min_correct: float = 0.5, max_correct: float = 1.0,
-                 min_wrong: float = -1.0, max_wrong: float = -0.5):
+                 min_wrong: float = -1.0, max_wrong: float = -0.5, answer_is_fallback: bool = True,
+                 answer_tags: bool = False, after_think: bool = False):
         super().__init__()
         max_len = 1000 if max_len is None else max_len  # the stage's max completion length inside a stage
         if max_len < 1:
             raise ValueError(f"cosine_length: max_len must be >= 1, got {max_len}")
         self.max_len, self.bounds = max_len, (min_correct, max_correct, min_wrong, max_wrong)
-        self.accuracy_reward = AccuracyMath()
+        self.accuracy_reward = AccuracyMath(answer_is_fallback=answer_is_fallback, answer_tags=answer_tags,
+                                            after_think=after_think)
         self.counters = self.accuracy_reward.counters
 
     def __call__(self, prompts=None, completions=(), answer=(), completion_ids=None, **_) -> list[float | None]:

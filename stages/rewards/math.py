@@ -33,6 +33,10 @@ MATH_WORDS = frozenset(
     "max min gcd lcm mod det deg circ cm mm km kg mg ml hr hrs mph units dollars cents degrees meters inches "
     "feet".split())
 BARE_ANSWER_MAX_CHARS = 40
+# An answer far bigger than its gold, or with a far deeper tower of powers or factorials, is wrong
+# however it simplifies; rejecting it before sympy sees it keeps exponent towers and million-digit
+# numbers from holding a scoring worker for the whole timeout.
+ANSWER_SLACK_CHARS, ANSWER_SIZE_FACTOR, EXTRA_OPERATORS = 64, 4, 3
 
 
 @functools.cache
@@ -79,13 +83,19 @@ def score_math(gold: str | None, completion: str, answer_is_fallback: bool = Tru
     if answer is None and (answer_tags or bare_answer):
         bare = region.strip().rstrip(".")
         answer = bare if 0 < len(bare) <= BARE_ANSWER_MAX_CHARS and "\n" not in bare else None
-    if answer is None:
+    if answer is None or oversized(answer, str(gold)):
         return 0.0
     parse, verify, any_form = math_verify()
     pred = parse(f"${answer}$", extraction_config=any_form, parsing_timeout=None)
     if not pred:
         return 0.0
     return 1.0 if verify(gold_parsed, pred, timeout_seconds=None) else 0.0
+
+
+def oversized(answer: str, gold: str) -> bool:
+    """Sizes no equal answer needs: far longer than the gold, or many more `^` / `!` than it has."""
+    return (len(answer) > ANSWER_SLACK_CHARS + ANSWER_SIZE_FACTOR * len(gold)
+            or any(answer.count(op) > gold.count(op) + EXTRA_OPERATORS for op in "^!"))
 
 
 _POOLS: dict[tuple, object] = {}
@@ -103,26 +113,30 @@ class AccuracyMath(Reward):
     """1.0 when the completion's final answer equals the gold `answer`, else 0.0; None if unjudgeable.
 
     With `pooled` (the default), samples are scored in worker processes with a hard per-sample
-    timeout: a timed-out sample scores 0.0, a sample whose scoring raised gets None; both are
-    counted (`counters`: timeouts, errors, unjudged).
+    timeout and a per-batch budget (`batch_budget_s`, default: one timeout plus 50 ms a sample): a
+    timed-out sample scores 0.0, a sample whose scoring raised gets None; all are counted
+    (`counters`: timeouts, budget_cuts, errors, unjudged), logged on the stage's MLflow run.
     """
     name = "accuracy_math"
     accuracy = True
 
     def __init__(self, answer_is_fallback: bool = True, answer_tags: bool = False, after_think: bool = False,
-                 bare_answer: bool = False, timeout_s: float = 5.0, workers: int | None = None, pooled: bool = True):
-        super().__init__("timeouts", "errors", "unjudged")
+                 bare_answer: bool = False, timeout_s: float = 5.0, workers: int | None = None, pooled: bool = True,
+                 batch_budget_s: float | None = None):
+        super().__init__("timeouts", "budget_cuts", "errors", "unjudged")
         self.options = (answer_is_fallback, answer_tags, after_think, bare_answer)
-        self.timeout_s, self.workers, self.pooled = timeout_s, workers, pooled
+        self.timeout_s, self.workers, self.pooled, self.batch_budget_s = timeout_s, workers, pooled, batch_budget_s
 
     def __call__(self, prompts=None, completions=(), answer=(), **_) -> list[float | None]:
         items = [(g, completion_text(c), *self.options) for g, c in zip(answer, completions)]
         if self.pooled:
             pool = shared_pool(self.workers, self.timeout_s)
-            timeouts, errors = pool.timeouts, pool.errors
-            scores = pool.map(items, on_timeout=0.0, on_error=None)
-            self.counters["timeouts"] += pool.timeouts - timeouts
-            self.counters["errors"] += pool.errors - errors
+            before = (pool.timeouts, pool.budget_cuts, pool.errors)
+            budget = self.batch_budget_s if self.batch_budget_s is not None else self.timeout_s + 0.05 * len(items)
+            scores = pool.map(items, on_timeout=0.0, on_error=None, budget_s=budget)
+            for key, was, now in zip(("timeouts", "budget_cuts", "errors"), before,
+                                     (pool.timeouts, pool.budget_cuts, pool.errors)):
+                self.counters[key] += now - was
         else:
             scores = [score_math(*item) for item in items]
         self.counters["unjudged"] += sum(s is None for s in scores)

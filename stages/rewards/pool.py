@@ -5,11 +5,13 @@ with a million digits), and its own timeouts use signal.alarm, which only works 
 So scoring runs in worker processes, each with an address-space limit; the parent hands out small
 chunks, and each worker streams back one result per sample. If a sample runs past the timeout its
 worker is SIGKILLed and replaced, the sample scores the timeout value, and the rest of its chunk
-goes back in the queue. A sample whose scoring raised gets the error value (None for rewards:
-"cannot judge", never a silent 0.0) and is counted. Workers that keep dying before they answer
-anything mean the pool cannot work at all: that raises PoolBroken instead of scoring. Workers come
-from a forkserver, so a replacement costs a fork, not an interpreter start, and the pool is safe to
-use from any thread.
+goes back in the queue. A batch has a budget too (`budget_s`): past it, every sample not yet
+scored gets the timeout value at once, so a batch of adversarial answers costs about one timeout,
+not one per worker round (`budget_cuts` counts the samples cut). A sample whose scoring raised
+gets the error value (None for rewards: "cannot judge", never a silent 0.0) and is counted.
+Workers that keep dying before they answer anything mean the pool cannot work at all: that
+raises PoolBroken instead of scoring. Workers come from a forkserver, so a replacement costs a
+fork, not an interpreter start, and the pool is safe to use from any thread.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class ScoringPool:
         self._workers: list[tuple] = []
         self.timeouts = 0
         self.errors = 0
+        self.budget_cuts = 0
         self.spawned: list[int] = []  # every worker pid ever started, for leak checks
         atexit.register(self.close)
 
@@ -85,8 +88,10 @@ class ScoringPool:
         conn.close()
         self._workers[i] = self._spawn()
 
-    def map(self, items: list[tuple], on_timeout=0.0, on_error=None) -> list:
-        """fn(*item) for every item, in order; `on_timeout` / `on_error` where a sample failed."""
+    def map(self, items: list[tuple], on_timeout=0.0, on_error=None, budget_s: float | None = None) -> list:
+        """fn(*item) for every item, in order; `on_timeout` / `on_error` where a sample failed, and
+        `on_timeout` for every sample still unscored `budget_s` seconds after the batch began."""
+        batch_deadline = time.monotonic() + (budget_s if budget_s is not None else float("inf"))
         with self._lock:
             while len(self._workers) < self.size:
                 self._workers.append(self._spawn())
@@ -105,9 +110,12 @@ class ScoringPool:
                         owed.extend(chunk)
                         started[w] = time.monotonic()
                 busy = [w for w, owed in enumerate(pending) if owed]
-                deadline = min(started[w] for w in busy) + self.timeout_s
+                deadline = min(min(started[w] for w in busy) + self.timeout_s, batch_deadline)
                 ready = wait([self._workers[w][1] for w in busy], timeout=max(0.0, deadline - time.monotonic()))
                 now = time.monotonic()
+                if now >= batch_deadline and not ready:
+                    self._cut(results, pending, todo, on_timeout)
+                    return results
                 for w in busy:
                     conn = self._workers[w][1]
                     if conn in ready:
@@ -149,6 +157,16 @@ class ScoringPool:
                         self._kill(w)
                         started[w] = now
             return results
+
+    def _cut(self, results: list, pending: list, todo: deque, on_timeout) -> None:
+        """The batch's budget ran out: what is unscored times out, and workers still busy are replaced."""
+        for w, owed in enumerate(pending):
+            if owed:
+                self._kill(w)
+        for index in [i for owed in pending for i in owed] + list(todo):
+            results[index] = on_timeout
+            self.budget_cuts += 1
+            self.timeouts += 1
 
     def close(self) -> None:
         for proc, conn in self._workers:
