@@ -36,7 +36,7 @@ def reevaluate(home: Path, n: int) -> None:
     print(f"held-out: {len(rows)} difficulty-1 sums, greedy, 64 new tokens")
     print(table_header("model", "accuracy", "correct", "format rate"))
     for name, model in models.items():
-        m, _ = evaluate(model, spec, rows)
+        m = evaluate(model, spec, rows).metrics
         print(table_row(name, f"{m['eval/accuracy']:.3f}", f"{round(m['eval/accuracy'] * len(rows))} of {len(rows)}",
                         f"{m['eval/format_rate']:.2f}"), flush=True)
 

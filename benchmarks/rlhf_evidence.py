@@ -68,8 +68,8 @@ def main() -> None:
     spec = EvalSpec(data={"source": "synthetic_math", "split": "eval", "n": 32, "params": {"difficulties": [1]}},
                     max_new_tokens=200)
     eval_rows = load_rows("synthetic_math", "eval", 32, 0, {"difficulties": [1]})
-    before = evaluate(verbose, spec, eval_rows)[0]["eval/accuracy"]
-    after = evaluate(str(work / "dpo" / "model"), spec, eval_rows)[0]["eval/accuracy"]
+    before = evaluate(verbose, spec, eval_rows).metrics["eval/accuracy"]
+    after = evaluate(str(work / "dpo" / "model"), spec, eval_rows).metrics["eval/accuracy"]
     print(f"long2short DPO (SFT {args.sft_steps} steps on padded thinking, DPO {args.dpo_steps} steps): greedy "
           f"response tokens {m['dpo/response_tokens_before']:.1f} -> {m['dpo/response_tokens_after']:.1f} "
           f"({m['dpo/response_tokens_after'] / m['dpo/response_tokens_before']:.2f}x); held-out accuracy "

@@ -142,8 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     sp.set_defaults(fn=cmd_ui)
     from pipeline.cli_cluster import add_parsers as add_cluster
     from pipeline.cli_curate import add_parser as add_curate
+    from pipeline.cli_eval import add_parser as add_eval
     from pipeline.cli_tools import add_parsers
     add_parsers(sub)
+    add_eval(sub)
     add_curate(sub)
     add_cluster(sub)
     args = p.parse_args(argv)

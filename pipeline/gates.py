@@ -4,24 +4,33 @@ Every evaluated stage is compared with the model it started from: the upstream s
 when its input is an evaluated stage, otherwise the input model itself, evaluated once (per model
 fingerprint and evaluation spec, cached in $POSTTRAIN_HOME/baselines/) by the stage's worker
 (a distillation stage's `before/` student evaluation is the same measurement, read from there). Those
-numbers are the stage's `input/eval/...` metrics; `posttrain compare` shows the change.
+numbers are the stage's `input/eval/...` metrics. Both sides were scored on the same prompts, and
+their per-prompt scores are kept (`eval_scores.json`), so the change is a paired comparison:
+`change/eval/<metric>` with its 95% paired-bootstrap interval (`_lo`, `_hi`), the prompts it rests on
+(`_n`) and, for 0/1 scores, McNemar's exact p-value (`_p`); `posttrain compare` prints them.
 
-A stage's `gate: {metric, min_delta, on_fail}` then asks that the metric moved by at least
-`min_delta`: `stop` fails the pipeline with both numbers (the stage stays published, so a rerun
-with a looser gate does not retrain it), `warn` tags the stage's MLflow run and goes on.
+A stage's `gate: {metric, min_delta, on_fail, significant}` then asks that the metric moved by at
+least `min_delta` (with `significant: true`, that the LOWER end of the change's 95% interval is above
+`min_delta`: the move is not noise): `stop` fails the pipeline with the numbers (the stage stays
+published, so a rerun with a looser gate does not retrain it), `warn` tags the stage's MLflow run
+and goes on.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from pipeline.home import home
 from stages.core.fingerprints import code_fingerprint
-from stages.kinds.common import GateSpec
+from stages.core.stats import paired_change
+from stages.kinds.common import PAIRED_METRICS, GateSpec
 from stages.kinds.contracts import StageResult
+from stages.kinds.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES
 
 INPUT = "input/"
+CHANGE = "change/"
 
 
 class GateFailed(RuntimeError):
@@ -51,14 +60,37 @@ def baseline_plan(stage, eval_spec: dict | None, fingerprints: dict[str, str],
     return {"input": stage.EVAL_INPUT, "path": str(home() / "baselines" / f"{key}.json")}
 
 
+def _scores(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def change_metrics(after: dict | None, before: dict | None) -> dict[str, float]:
+    """`change/eval/<metric>` with its paired interval, n and (0/1 scores) McNemar p, over the
+    prompts both evaluations scored (matched by row id)."""
+    if not after or not before:
+        return {}
+    index = {row_id: i for i, row_id in enumerate(before["id"])}
+    pairs = [(index[row_id], j) for j, row_id in enumerate(after["id"]) if row_id in index]
+    out: dict[str, float] = {}
+    for metric, key in PAIRED_METRICS.items():
+        c = paired_change([before[key][i] for i, _ in pairs], [after[key][j] for _, j in pairs])
+        out[CHANGE + metric] = c.pop("delta")
+        out.update({f"{CHANGE}{metric}_{k}": v for k, v in c.items()})
+    return out
+
+
 def input_metrics(stage, result: StageResult, upstream: dict[str, StageResult]) -> dict[str, float]:
-    """The input model's held-out metrics as `input/eval/...`: from the worker's baseline, or from
-    the upstream stage that produced the input model."""
-    own = {k: v for k, v in result.metrics.items() if k.startswith(INPUT)}
-    if own or not any(is_eval(k) for k in result.metrics):
-        return own
+    """The input model's held-out metrics as `input/eval/...` (from the worker's baseline, or from the
+    upstream stage that produced the input model) and the paired change against it (`change/...`)."""
+    if not any(is_eval(k) for k in result.metrics):
+        return {}
     up = evaluated_input_stage(stage, upstream)
-    return {INPUT + k: v for k, v in up.metrics.items() if is_eval(k)} if up else {}
+    own = {k: v for k, v in result.metrics.items() if k.startswith(INPUT)}
+    if not own and up is not None:
+        own = {INPUT + k: v for k, v in up.metrics.items() if is_eval(k)}
+    before = _scores(Path(result.output_dir) / INPUT_EVAL_SCORES) or (
+        _scores(Path(up.output_dir) / EVAL_SCORES) if up is not None else None)
+    return {**own, **change_metrics(_scores(Path(result.output_dir) / EVAL_SCORES), before)}
 
 
 def gate_failure(stage_name: str, gate: GateSpec, metrics: dict[str, float]) -> str | None:
@@ -72,4 +104,13 @@ def gate_failure(stage_name: str, gate: GateSpec, metrics: dict[str, float]) -> 
     if delta + 1e-12 < gate.min_delta:
         return (f"gate on stage {stage_name}: {gate.metric} {after:.4g} against the input model's {before:.4g} "
                 f"(change {delta:+.4g}; the gate asks for at least {gate.min_delta:+.4g})")
+    if gate.significant:
+        lo, hi = metrics.get(f"{CHANGE}{gate.metric}_lo"), metrics.get(f"{CHANGE}{gate.metric}_hi")
+        if lo is None:
+            return (f"gate on stage {stage_name}: significant: true needs a paired comparison of {gate.metric}, "
+                    f"and there is none (paired: {sorted(PAIRED_METRICS)})")
+        if lo <= gate.min_delta:
+            return (f"gate on stage {stage_name}: {gate.metric} changed by {delta:+.4g}, 95% interval "
+                    f"[{lo:+.4g}, {hi:+.4g}] on {metrics.get(f'{CHANGE}{gate.metric}_n', 0):.0f} prompts: not "
+                    f"significantly above {gate.min_delta:+.4g}")
     return None

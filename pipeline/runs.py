@@ -91,7 +91,7 @@ def format_table(record: dict) -> str:
         m = s.get("metrics", {})
         how = " (cached)" if s.get("cached") else " (reused)" if s.get("reused") else ""
         rows.append([s["name"], s["kind"], s["status"] + how,
-                     f"{s.get('duration_s', 0):.1f}", *[f"{m[k]:.4g}" if k in m else "-" for k in KEY_METRICS],
+                     f"{s.get('duration_s', 0):.1f}", *[with_interval(m, k) for k in KEY_METRICS],
                      s.get("mlflow_run_id") or "-", s.get("logged_model_id") or "-"])
     tail = [f"MLflow, stages side by side: {record['mlflow_stages_url']}"] if record.get("mlflow_stages_url") else []
     tail += [f"registered: models:/{r['name']}/{r['version']} (alias {r['alias']}), the model of stage {s['name']}"
@@ -105,18 +105,38 @@ def grid(rows: list[list]) -> str:
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+INTERVAL_SUFFIXES = ("_lo", "_hi", "_n", "_p")
+
+
+def with_interval(metrics: dict, key: str, signed: bool = False) -> str:
+    """`0.5 [0.28, 0.72]` when the metric has an interval, the number alone when not, `-` when absent."""
+    if key not in metrics:
+        return "-"
+    fmt = "{:+.3g}" if signed else "{:.3g}"
+    text = fmt.format(metrics[key])
+    if f"{key}_lo" in metrics:
+        text += f" [{fmt.format(metrics[key + '_lo'])}, {fmt.format(metrics[key + '_hi'])}]"
+    return text
+
+
 def held_out(metrics: dict) -> dict[str, float]:
-    """A stage's held-out numbers: the recipe's evaluation (accuracy, format, lengths, per mode and
-    budget), a reward model's pairwise accuracy, a student's KL to its teacher. Reward internals
-    (errors, Nones, std) and counts stay in MLflow."""
+    """A stage's held-out numbers with their intervals: the recipe's evaluation (accuracy, format,
+    lengths, per mode and budget), a reward model's pairwise accuracy, a student's KL to its teacher.
+    Reward internals (errors, Nones, std) and counts stay in MLflow."""
     return {k: v for k, v in metrics.items()
             if (k.startswith("eval/") and "/rewards/" not in k and k not in ("eval/n", "eval/unjudged"))
             or k in ("rm/pairwise_accuracy", "rm/margin_mean") or k.startswith("distill/kl")}
 
 
+def headline(metrics: dict) -> list[str]:
+    """The held-out metrics a table shows as columns: the intervals go inside their metric's cell."""
+    return [k for k in held_out(metrics) if not (k.endswith(INTERVAL_SUFFIXES) and k.rsplit("_", 1)[0] in metrics)]
+
+
 def comparison(records: list[dict]) -> list[dict]:
     """One row per (run, stage) with every held-out metric and its change against the stage's input
-    model (`change`; pipeline.gates), for `posttrain compare`."""
+    model (`change`; pipeline.gates), for `posttrain compare`. `paired` holds the changes measured
+    prompt by prompt: delta, lo, hi, n and (0/1 scores) p, and whether the interval excludes 0."""
     rows = []
     for r in records:
         for s in r["stages"]:
@@ -125,20 +145,40 @@ def comparison(records: list[dict]) -> list[dict]:
                          "kind": s["kind"], "status": s["status"], "mlflow_run_id": s.get("mlflow_run_id"),
                          "logged_model_id": s.get("logged_model_id"), "registry": s.get("registry"),
                          "metrics": held_out(m),
-                         "change": {k: v - m[f"input/{k}"] for k, v in held_out(m).items() if f"input/{k}" in m}})
+                         "change": {k: v - m[f"input/{k}"] for k, v in held_out(m).items() if f"input/{k}" in m},
+                         "paired": paired_changes(m)})
     return rows
 
 
+def paired_changes(metrics: dict) -> dict[str, dict]:
+    out = {}
+    for key in metrics:
+        if key.startswith("change/") and not key.endswith(INTERVAL_SUFFIXES):
+            found = {k: metrics[f"{key}_{k}"] for k in ("lo", "hi", "n", "p") if f"{key}_{k}" in metrics}
+            out[key.removeprefix("change/")] = {"delta": metrics[key], **found,
+                                                 "significant": found.get("lo", 0) > 0 or found.get("hi", 0) < 0}
+    return out
+
+
+def change_cell(r: dict, key: str) -> str:
+    """A paired change with its interval, `*` when the interval excludes 0; else the plain difference."""
+    if (c := r.get("paired", {}).get(key)) is not None and "lo" in c:
+        return f"{c['delta']:+.3g} [{c['lo']:+.3g}, {c['hi']:+.3g}]" + ("*" if c["significant"] else "")
+    return f"{r['change'][key]:+.4g}" if key in r["change"] else "-"
+
+
 def format_comparison(rows: list[dict]) -> str:
-    keys = sorted({k for r in rows for k in r["metrics"]}, key=lambda k: (k not in KEY_METRICS, k))
+    keys = sorted({k for r in rows for k in headline(r["metrics"])}, key=lambda k: (k not in KEY_METRICS, k))
     several = len({r["run"] for r in rows}) > 1
     changes = [k for k in KEY_METRICS if any(k in r["change"] for r in rows)]
     head = (["run"] if several else []) + ["stage", "kind", *[k.removeprefix("eval/") for k in keys],
                                            *[f"change {k.removeprefix('eval/')}" for k in changes],
                                            "logged model", "registry"]
     table = [head] + [([r["run"]] if several else []) + [r["stage"], r["kind"],
-                      *[f"{r['metrics'][k]:.4g}" if k in r["metrics"] else "-" for k in keys],
-                      *[f"{r['change'][k]:+.4g}" if k in r["change"] else "-" for k in changes],
+                      *[with_interval(r["metrics"], k) for k in keys],
+                      *[change_cell(r, k) for k in changes],
                       r.get("logged_model_id") or "-",
                       f"{g['name']}/{g['version']} @{g['alias']}" if (g := r.get("registry")) else "-"] for r in rows]
-    return grid(table)
+    note = "\n[lo, hi]: 95% interval (Wilson for rates, bootstrap for means; paired bootstrap for changes); " \
+           "* the change's interval excludes 0"
+    return grid(table) + note

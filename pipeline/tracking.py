@@ -60,8 +60,9 @@ def client():
 # link, and a shared view (MLflow's "share view" state, kept as an experiment tag) whose columns
 # compare the nested stage runs at a glance.
 VIEW_KEY = "posttrain"
-VIEW_COLUMNS = [f"tags.`{STAGE_KIND_TAG}`", "metrics.`eval/accuracy`",
-                "metrics.`eval/format_rate`", "metrics.`eval/thinking_tokens_mean`", "metrics.`rm/pairwise_accuracy`"]
+VIEW_COLUMNS = [f"tags.`{STAGE_KIND_TAG}`", "metrics.`eval/accuracy`", "metrics.`eval/accuracy_lo`",
+                "metrics.`eval/accuracy_hi`", "metrics.`change/eval/accuracy`", "metrics.`eval/format_rate`",
+                "metrics.`eval/thinking_tokens_mean`", "metrics.`rm/pairwise_accuracy`"]
 VIEW_TAG = "mlflow.sharedViewState."
 
 
@@ -278,7 +279,8 @@ def log_stage_comparison(parent_id: str, stages: list[dict], table: list[dict] |
                                      for k in table[0]}, artifact_file="stage_comparison.json")
     keys = [k for k in PANELS if any(k in s["metrics"] for s in stages)]
     if keys:
-        bars = [(key, [(s["name"], s["metrics"][key], s["metrics"].get(f"input/{key}")) for s in stages
+        bars = [(key, [(s["name"], s["metrics"][key], s["metrics"].get(f"input/{key}"),
+                        s["metrics"].get(f"{key}_lo"), s["metrics"].get(f"{key}_hi")) for s in stages
                        if key in s["metrics"]]) for key in keys]
         c.log_artifact(parent_id, str(figure_file("stage_comparison.png", bars, _draw_bars)))
     curves = {s["name"]: budget_points(s["metrics"]) for s in stages}
@@ -309,9 +311,13 @@ def figure_file(name: str, data, draw) -> Path:
 def _draw_bars(plt, bars: list):
     fig, axes = plt.subplots(1, len(bars), figsize=(3.4 * len(bars), 3.4), squeeze=False)
     for ax, (key, shown) in zip(axes[0], bars):
-        names = [name for name, _, _ in shown]
-        ax.bar(names, [value for _, value, _ in shown], color="#4C72B0", label="stage")
-        inputs = [(name, before) for name, _, before in shown if before is not None]
+        names = [name for name, *_ in shown]
+        values = [value for _, value, *_ in shown]
+        # 95% interval bars where the stage measured one (Wilson for rates, bootstrap for means)
+        errors = [[v - lo if lo is not None else 0 for (*_, lo, _), v in zip(shown, values)],
+                  [hi - v if hi is not None else 0 for (*_, hi), v in zip(shown, values)]]
+        ax.bar(names, values, yerr=errors, capsize=3, color="#4C72B0", ecolor="#333333", label="stage (95% interval)")
+        inputs = [(name, before) for name, _, before, *_ in shown if before is not None]
         if inputs:
             ax.scatter([n for n, _ in inputs], [v for _, v in inputs], color="#DD8452", zorder=3, label="input model")
         ax.set_title(key.removeprefix("eval/"), fontsize=9)

@@ -19,7 +19,7 @@ from pipeline import tracking
 from pipeline.processes import die_with_parent
 from stages.core.files import write_json_atomic
 from stages.kinds.contracts import StageOutput, WorkerSpec
-from stages.kinds.evaluate import EvalSpec, evaluate, evaluate_once
+from stages.kinds.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, evaluate, evaluate_once
 from stages.kinds.registry import STAGE_KINDS
 from stages.kinds.runtime import StageContext, baseline_cache, load_stage_rows
 
@@ -59,13 +59,16 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
     table = None
     if spec.eval is not None:  # decided by the plan, once
         rows = load_stage_rows(spec.inputs["eval_data"])
-        eval_metrics, table = evaluate(str(ctx.output_dir / output.outputs["model"]), EvalSpec.model_validate(spec.eval),
-                                       rows, getattr(cfg, "trust_remote_code", False), ctx.output_dir)
-        output.metrics.update(eval_metrics)
+        done = evaluate(str(ctx.output_dir / output.outputs["model"]), EvalSpec.model_validate(spec.eval),
+                        rows, getattr(cfg, "trust_remote_code", False), ctx.output_dir)
+        output.metrics.update(done.metrics)
+        table = done.table
+        write_json_atomic(ctx.output_dir / EVAL_SCORES, done.scores)  # for paired comparisons (pipeline.gates)
         if spec.baseline:  # the input model, measured once per model and eval spec (pipeline.gates)
             before = evaluate_once(spec.inputs[spec.baseline["input"]], EvalSpec.model_validate(spec.eval), rows,
                                    getattr(cfg, "trust_remote_code", False), baseline_cache(ctx))
-            output.metrics.update({f"input/{k}": v for k, v in before.items()})
+            output.metrics.update({f"input/{k}": v for k, v in before.metrics.items()})
+            write_json_atomic(ctx.output_dir / INPUT_EVAL_SCORES, before.scores)
         if (ctx.output_dir / "budget_curve.png").exists():
             output.artifacts.append("budget_curve.png")
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)

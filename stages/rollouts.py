@@ -127,10 +127,6 @@ def generate_completions(model, tokenizer, prompts: list[list[dict] | str], spec
     return out
 
 
-def _end_ids(tokenizer) -> set[int]:
-    return {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None}
-
-
 def _think_end_id(tokenizer) -> int | None:
     ids = tokenizer("</think>", add_special_tokens=False)["input_ids"]
     return ids[0] if len(ids) == 1 else None
@@ -138,27 +134,40 @@ def _think_end_id(tokenizer) -> int | None:
 
 def _sample(model, tokenizer, batch, spec: SamplingSpec, max_new_tokens: int, stop_at_think_end: bool,
             n: int) -> list[list[int]]:
-    """Generated token ids per sequence, cut after the first end-of-turn (kept) or padding."""
+    """Generated token ids per sequence, cut after the token that ended it (kept: an end-of-turn, or
+    the `</think>` that a thinking budget's first phase stops at), dropping the padding after it.
+
+    Where the pad token is the end token (SmolLM2: both are 2), a row that stopped at `</think>`
+    while others went on is padded with end tokens; those are padding, not an end of turn, or the
+    row would never get its answer. So a row ends at the first of its stop tokens, and an end token
+    that follows a `</think>` stop string is padding."""
     import torch
 
     kwargs = dict(max_new_tokens=max_new_tokens, do_sample=spec.temperature > 0, num_return_sequences=n,
                   pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     if spec.temperature > 0:
         kwargs.update(temperature=spec.temperature, top_p=spec.top_p)
+    stops, stop_string = {tokenizer.eos_token_id}, False
     if stop_at_think_end:
         if (think_end := _think_end_id(tokenizer)) is not None:
             kwargs["eos_token_id"] = [tokenizer.eos_token_id, think_end]
+            stops.add(think_end)
         else:
             kwargs.update(stop_strings=["</think>"], tokenizer=tokenizer)
+            stop_string = True
     batch = {k: v.to(model.device) for k, v in batch.items()}
     with torch.no_grad():
         # synced_gpus off: the model is whole on this rank (load_for_generation), even in a ZeRO-3 run.
         ids = model.generate(**batch, **kwargs, synced_gpus=False)
-    ends = _end_ids(tokenizer)
     out = []
     for row in ids[:, batch["input_ids"].shape[1]:].tolist():
-        cut = next((i for i, t in enumerate(row) if t in ends), None)
-        out.append(row if cut is None else row[:cut + (row[cut] == tokenizer.eos_token_id)])
+        cut = next((i for i, t in enumerate(row) if t in stops or t == tokenizer.pad_token_id), None)
+        if cut is None:
+            out.append(row)
+            continue
+        padded = row[cut] not in stops or (
+            stop_string and tokenizer.decode(row[:cut]).rstrip().endswith("</think>"))
+        out.append(row[:cut] if padded else row[:cut + 1])
     return out
 
 

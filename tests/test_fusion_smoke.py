@@ -129,6 +129,27 @@ def test_budget_inserts_the_stop_string_once_and_only_when_hit(fusion_model, hel
     assert closed and same >= 0.9 * len(closed)  # a budget never reached changes nothing
 
 
+def test_a_budget_answers_in_a_batch_as_alone_when_pad_is_the_end_token(fusion_model, held_out):
+    """SmolLM2's pad token is its end token. A row that closes its thinking before the others is
+    padded with it while they go on; that padding is not an end of turn, so the row still answers,
+    exactly as it does alone."""
+    import copy
+
+    model, tokenizer = fusion_model
+    same_pad = copy.deepcopy(tokenizer)
+    same_pad.pad_token = same_pad.eos_token
+    assert same_pad.pad_token_id == same_pad.eos_token_id
+    prompts = [flag_messages(r["prompt"], "think") for r in held_out[:12]]
+    spec = {"thinking_budget": 90, "answer_max_new_tokens": 32}
+    batched = _greedy((model, same_pad), prompts, batch_size=12, **spec)
+    alone = [_greedy((model, same_pad), [p], batch_size=1, **spec)[0] for p in prompts]
+    closed = [c for c in batched if not c.budget_hit]
+    assert closed and len({c.thinking_tokens for c in closed}) > 1  # rows closed their thinking at different steps
+    assert all(c.text.split("</think>", 1)[1].strip() for c in closed), [c.text for c in closed[:3]]
+    same = sum(b.text == a.text for b, a in zip(batched, alone))
+    assert same >= 0.9 * len(prompts), [(b.text, a.text) for b, a in zip(batched, alone) if b.text != a.text][:2]
+
+
 def test_budget_zero_is_the_no_think_mode(fusion_model, held_out):
     prompts = [r["prompt"] for r in held_out[:16]]
     zero = [c.text for c in _greedy(fusion_model, prompts, thinking_budget=0)]

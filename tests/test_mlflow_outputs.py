@@ -154,3 +154,27 @@ def test_a_killed_upload_never_turns_ready_and_the_rerun_uploads_again(server, t
         model_store.fetch(f"models:/{model.model_id}")
     rerun = model_store.ensure_logged_model(run, run, "big", big, "0" * 64, {}, "copy")
     assert rerun != model.model_id and str(c.get_logged_model(rerun).status) == "READY"
+
+
+def test_posttrain_eval_takes_a_stage_output_a_directory_and_a_models_uri(server, smoke):
+    """The same model named three ways: one measurement (cached by content), a paired change of 0."""
+    polish = next(s for s in smoke["record"]["stages"] if s["name"] == "polish")
+    directory = str(Path(polish["output_dir"]) / "model")
+    done = _run(smoke["home"], server["url"], "eval", f"{smoke['record']['id']}/polish", directory,
+                "models:/posttrain-smoke@candidate", "--data", "synthetic_math:eval", "--n", "8", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    models = report["models"]
+    assert [m["cached"] for m in models[:2]] == [False, True] and models[0]["fingerprint"] == models[1]["fingerprint"]
+    for m in models:
+        assert {"eval/accuracy", "eval/accuracy_lo", "eval/accuracy_hi", "eval/accuracy_n"} <= set(m["metrics"])
+        assert m["metrics"]["eval/accuracy_n"] == 8
+        run = mlflow.MlflowClient(server["url"]).get_run(m["mlflow_run_id"])
+        assert run.data.metrics["eval/accuracy_lo"] == m["metrics"]["eval/accuracy_lo"]
+    assert models[2]["metrics"]["eval/accuracy"] == models[0]["metrics"]["eval/accuracy"]
+    assert [p["accuracy"]["delta"] for p in report["paired"]] == [0.0, 0.0]
+    assert all(not p["accuracy"]["significant"] and p["accuracy"]["n"] == 8 for p in report["paired"])
+    table = _run(smoke["home"], server["url"], "eval", "polish@latest", "--data", "synthetic_math:eval", "--n", "8")
+    assert table.returncode == 0 and "[" in table.stdout and "cached" in table.stdout, table.stderr[-2000:]
+    refused = _run(smoke["home"], server["url"], "eval", "nosuchstage@latest", "--data", "synthetic_math:eval")
+    assert refused.returncode == 2 and "no completed run has a stage 'nosuchstage'" in refused.stderr

@@ -62,10 +62,14 @@ def one_closed_thinking(text: str) -> bool:
     return opened < text.find("</think>")
 
 
-def answer_region(text: str, answer_tags: bool = False, after_think: bool = False) -> str | None:
+def answer_region(text: str, answer_tags: bool = False, after_think: bool | None = False) -> str | None:
     """The part of a completion the answer is read from; None when the template's place for it is
     missing or ambiguous (with after_think or answer_tags: not exactly one closed thinking block,
-    see `one_closed_thinking`; with answer_tags: no `<answer>` block after it)."""
+    see `one_closed_thinking`; with answer_tags: no `<answer>` block after it). `after_think=None`
+    (held-out evaluation): after the thinking when the completion has thinking tags, else anywhere,
+    so a model that never thinks is read whole and one that does is never read inside its thinking."""
+    if after_think is None:
+        after_think = "<think>" in text or "</think>" in text
     if after_think or answer_tags:
         if not one_closed_thinking(text):
             return None

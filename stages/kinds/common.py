@@ -90,17 +90,31 @@ class LoraSpec(Strict):
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
 
 
+# Held-out metrics kept per prompt, so a change can be a paired comparison (pipeline.gates): the
+# metric, and its key in a stage's eval_scores.json.
+PAIRED_METRICS = {"eval/accuracy": "accuracy", "eval/format_rate": "format", "eval/completion_tokens_mean": "tokens"}
+
+
 class GateSpec(Strict):
     """An evaluation gate: this stage's held-out metric against its input model's (the upstream
     stage's evaluation, or the input model evaluated once before training)."""
     metric: str = Field("eval/accuracy", description="a held-out metric; `accuracy` means eval/accuracy")
     min_delta: float = Field(0.0, description="the change over the input model required; negative allows a drop")
     on_fail: Literal["stop", "warn"] = Field("stop", description="stop: fail the pipeline; warn: tag the run, go on")
+    significant: bool = Field(False, description="also ask that the 95% interval of the paired change lies above "
+                              "min_delta (accuracy, format_rate, completion_tokens_mean)")
 
     @field_validator("metric")
     @classmethod
     def _eval_metric(cls, value: str) -> str:
         return value if value.startswith("eval/") else f"eval/{value}"
+
+    @model_validator(mode="after")
+    def _paired(self):
+        if self.significant and self.metric not in PAIRED_METRICS:
+            raise ValueError(f"significant: true needs a metric compared prompt by prompt: one of "
+                             f"{sorted(PAIRED_METRICS)}, not {self.metric!r}")
+        return self
 
 
 class StageBase(Strict):

@@ -188,8 +188,8 @@ def run(cfg: DistillConfig, ctx) -> StageOutput:
     if ctx.is_main and ctx.spec.eval is not None:
         spec, eval_rows = EvalSpec.model_validate(ctx.spec.eval), load_stage_rows(ctx.input("eval_data"))
         # The student before is the plan's baseline: measured once, shared with the worker's input/ metrics.
-        before = evaluate_once(student_dir, spec, eval_rows, cfg.trust_remote_code, baseline_cache(ctx))
-        teacher, _ = evaluate(teacher_dir, spec, eval_rows, cfg.trust_remote_code)
+        before = evaluate_once(student_dir, spec, eval_rows, cfg.trust_remote_code, baseline_cache(ctx)).metrics
+        teacher = evaluate(teacher_dir, spec, eval_rows, cfg.trust_remote_code).metrics
         for label, found in (("before", before), ("teacher", teacher)):
             metrics.update({f"{label}/{k}": v for k, v in found.items() if k.startswith("eval/")})
         if probe:

@@ -5,6 +5,8 @@ model is told /think or /no_think, and as its thinking budget shrinks.
   accuracy, mode compliance (think: a think block with thinking in it; no_think: the empty block
   `<think>\\n\\n</think>`), language consistency rate (completions with at least 95% of their words
   in the row's language) and mean answer length in tokens.
+- answers are read where the recipe's rules put them (EvalSpec.answer_rules): never inside the
+  thinking, so a completion cut mid-thought scores 0 whatever numbers its thinking mentions.
 - budgets: the prompts as they are (thinking is the default), greedy, with the thinking budget
   (stages.rollouts; 0 = no-think, None = unlimited). Per budget: accuracy, mean thinking tokens and
   the share of completions whose thinking was cut. `budget_curve.png` plots accuracy against budget,
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from stages.core.files import save_figure
 from stages.core.language import consistency
+from stages.core.stats import rate_interval
 from stages.core.text import split_thinking
 from stages.core.thinking import complies, flag_messages
 from stages.rewards.verifiers import score_rows
@@ -29,6 +32,12 @@ def mean_defined(values) -> float:
     """Mean of the values that are not None; 0 when there are none."""
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else 0.0
+
+
+def with_interval(out: dict[str, float], name: str, summary: dict[str, float]) -> None:
+    """A metric with its 95% interval (`_lo`, `_hi`) and the count it was judged on (`_n`)."""
+    out[name] = summary["mean"]
+    out.update({f"{name}_lo": summary["lo"], f"{name}_hi": summary["hi"], f"{name}_n": summary["n"]})
 
 
 def _consistent(text: str, language: str) -> float | None:
@@ -44,7 +53,7 @@ def mode_metrics(model, tokenizer, rows: list[dict], spec, modes: list[str]) -> 
             model, tokenizer, prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size))]
         answers = [split_thinking(t)[1] for t in texts]
         prefix = f"eval/mode/{mode}/"
-        out[prefix + "accuracy"] = mean_defined(score_rows(rows, texts))
+        with_interval(out, prefix + "accuracy", rate_interval(score_rows(rows, texts, **spec.answer_rules())))
         out[prefix + "mode_compliance"] = mean_defined([float(complies(t, mode)) for t in texts])
         out[prefix + "language_consistency"] = mean_defined([_consistent(t, r["language"]) for t, r in zip(texts, rows)])
         out[prefix + "answer_tokens_mean"] = mean_defined([len(tokenizer(a, add_special_tokens=False)["input_ids"])
@@ -64,7 +73,8 @@ def budget_metrics(model, tokenizer, rows: list[dict], spec, budgets: list[int |
                                 stop_thinking=spec.stop_thinking)
         done = [c[0] for c in generate_completions(model, tokenizer, [r["prompt"] for r in rows], sampling)]
         prefix = f"eval/budget/{budget_label(budget)}/"
-        out[prefix + "accuracy"] = mean_defined(score_rows(rows, [c.text for c in done]))
+        with_interval(out, prefix + "accuracy", rate_interval(score_rows(rows, [c.text for c in done],
+                                                                          **spec.answer_rules())))
         thinking = [c.thinking_tokens if c.thinking_tokens is not None else
                     len(tokenizer(split_thinking(c.text)[0] or "", add_special_tokens=False)["input_ids"])
                     for c in done]

@@ -1,25 +1,32 @@
 """The evaluation every model-producing stage ends with, so stages line up in MLflow's compare view.
 
 Greedy decoding on the recipe's held-out eval set (the same prompts for every stage), scored by the
-row's verifier; optionally `samples` sampled completions per prompt at the R1 paper's evaluation
-settings (temperature 0.6, top-p 0.95) for pass@1 averaged over samples and pass@k; optionally
-accuracy per thinking mode and per thinking budget, with a budget curve (stages/kinds/eval_modes.py).
+row's verifier, with answers read where the recipe's rules put them (`EvalSpec.answer_rules`);
+optionally `samples` sampled completions per prompt at the R1 paper's evaluation settings
+(temperature 0.6, top-p 0.95) for pass@1 and pass@k (Chen et al.'s unbiased estimator) and, for math,
+maj@k; optionally accuracy per thinking mode and per thinking budget, with a budget curve
+(stages/kinds/eval_modes.py).
+
+Every rate carries its 95% Wilson interval and every mean a bootstrap one (`<metric>_lo`, `_hi`, and
+`<metric>_n`, the prompts it was judged on; stages.core.stats), and the per-prompt scores are kept
+(`Evaluation.scores`) so that two models can be compared on the same prompts (pipeline.gates).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
 from stages.core.files import write_json_atomic
+from stages.core.stats import majority_correct, mean_interval, pass_at_k, rate_interval
 from stages.core.templates import CHAT_TEMPLATES, check_template, render_prompt
-from stages.core.text import is_well_formed, split_thinking
+from stages.core.text import answer_region, extract_answer, is_well_formed, split_thinking
 from stages.core.thinking import STOP_THINKING
 from stages.kinds.common import DataSpec, RewardSpec, Strict
-from stages.kinds.eval_modes import budget_metrics, mean_defined, mode_metrics, plot_budget_curve
+from stages.kinds.eval_modes import budget_metrics, mean_defined, mode_metrics, plot_budget_curve, with_interval
 from stages.rewards import combined, get_reward, reward_counter_metrics, reward_stats
 from stages.rewards.verifiers import score_rows
 from stages.rollouts import SamplingSpec, generate, load_for_generation
@@ -57,6 +64,15 @@ class EvalSpec(Strict):
             raise ValueError("budgets are 0 or more tokens (null = unlimited)")
         return value
 
+    def answer_rules(self) -> dict:
+        """Where held-out answers are read, for every evaluation path (greedy, samples, modes,
+        budgets, baselines): the eval's own `accuracy_math` options when it lists that reward, else
+        the template's (`<answer>` tags for r1_zero), and never inside the thinking (after_think
+        None: after `</think>` when the completion thinks)."""
+        accuracy = next((r.params for r in self.rewards if r.name == "accuracy_math"), {})
+        return {"answer_tags": accuracy.get("answer_tags", self.template == "r1_zero"),
+                "after_think": accuracy.get("after_think") or None}
+
     @model_validator(mode="after")
     def _modes_need_chat(self):
         if (self.modes or self.budgets) and self.template not in CHAT_TEMPLATES:
@@ -81,28 +97,59 @@ def score_rewards(specs: list[RewardSpec], rows: list[dict], completions: list[s
     return out
 
 
+EVAL_SCORES = "eval_scores.json"  # a stage's per-prompt held-out scores, beside its result.json
+INPUT_EVAL_SCORES = "input_eval_scores.json"  # its input model's, when the worker measured them
+
+
+class Evaluation(NamedTuple):
+    metrics: dict[str, float]
+    table: list[dict]  # sample generations for the MLflow table
+    scores: dict[str, list]  # per prompt, in row order: id, accuracy, format, tokens
+
+
+def sampled_metrics(rows: list[dict], sampled: list[list[str]], spec: EvalSpec) -> dict[str, float]:
+    """pass@1 and pass@k (unbiased, Chen et al. 2021) over `spec.samples` samples per prompt; maj@k
+    for math rows (the most common extracted answer)."""
+    rules = spec.answer_rules()
+    per_row = [score_rows([row] * len(cs), cs, **rules) for row, cs in zip(rows, sampled)]
+    judged = [(row, cs, s) for row, cs, s in zip(rows, sampled, per_row) if any(x is not None for x in s)]
+    k = spec.samples
+    out: dict[str, float] = {}
+    for at in sorted({1, k}):
+        with_interval(out, f"eval/pass@{at}", mean_interval(
+            [pass_at_k(len(s), sum(x == 1.0 for x in s), at) for _, _, s in judged]))
+    majority = []
+    for row, cs, s in judged:
+        if row["verifier"] == "math":
+            answers = [extract_answer(r) if (r := answer_region(c, rules["answer_tags"], rules["after_think"]))
+                       else None for c in cs]
+            majority.append(majority_correct(answers, s))
+    if majority:
+        with_interval(out, f"eval/maj@{k}", rate_interval([m if m is not None else 0.0 for m in majority]))
+    return out
+
+
 def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code: bool = False,
-             out_dir: Path | None = None) -> tuple[dict, list[dict]]:
-    """Return (metrics, sample table rows); plots (budget_curve.png) go into `out_dir`."""
+             out_dir: Path | None = None) -> Evaluation:
+    """Metrics with intervals, the sample table, and per-prompt scores; plots (budget_curve.png) go
+    into `out_dir`."""
     model, tokenizer = load_for_generation(model_dir, trust_remote_code)
     prompts = [render_prompt(spec.template, r) for r in rows]
     greedy = [c[0] for c in generate(model, tokenizer, prompts,
                                      SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size),
                                      progress=True)]
     counters: dict[str, float] = {}
-    scores = score_rows(rows, greedy, counters)
+    scores = score_rows(rows, greedy, counters, **spec.answer_rules())
+    formats = [1.0 if is_well_formed(c, answer_tags=spec.template == "r1_zero") else 0.0 for c in greedy]
     thinking = [split_thinking(c)[0] for c in greedy]
     token_ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
     n_tokens = lambda text: len(token_ids(text))
-    metrics = {
-        "eval/accuracy": mean_defined(scores),
-        "eval/format_rate": mean_defined([1.0 if is_well_formed(c, answer_tags=spec.template == "r1_zero") else 0.0
-                                   for c in greedy]),
-        "eval/completion_tokens_mean": mean_defined([n_tokens(c) for c in greedy]),
-        "eval/thinking_tokens_mean": mean_defined([n_tokens(t) for t in thinking if t is not None]),
-        "eval/unjudged": float(sum(s is None for s in scores)),
-        "eval/n": float(len(rows)),
-    }
+    tokens = [n_tokens(c) for c in greedy]
+    metrics = {"eval/unjudged": float(sum(s is None for s in scores)), "eval/n": float(len(rows))}
+    with_interval(metrics, "eval/accuracy", rate_interval(scores))
+    with_interval(metrics, "eval/format_rate", rate_interval(formats))
+    with_interval(metrics, "eval/completion_tokens_mean", mean_interval(tokens))
+    with_interval(metrics, "eval/thinking_tokens_mean", mean_interval([n_tokens(t) for t in thinking if t is not None]))
     metrics.update({f"eval/{k}": v for k, v in counters.items()})
     if spec.rewards:
         metrics.update(score_rewards(spec.rewards, rows, greedy, [token_ids(c) for c in greedy], spec.max_new_tokens))
@@ -110,10 +157,8 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
         sampled = generate(model, tokenizer, prompts, SamplingSpec(
             max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
             n=spec.samples, batch_size=max(1, spec.batch_size // spec.samples)), progress=True)
-        per_row = [score_rows([row] * len(cs), cs) for row, cs in zip(rows, sampled)]
-        metrics["eval/pass@1_sampled"] = mean_defined([mean_defined(s) for s in per_row if any(x is not None for x in s)])
-        metrics[f"eval/pass@{spec.samples}"] = mean_defined(
-            [1.0 if any(x == 1.0 for x in s) else 0.0 for s in per_row if any(x is not None for x in s)])
+        metrics.update(sampled_metrics(rows, sampled, spec))
+        metrics["eval/pass@1_sampled"] = metrics["eval/pass@1"]  # the name earlier runs logged
     if spec.modes:
         metrics.update(mode_metrics(model, tokenizer, rows, spec, spec.modes))
     if spec.budgets:
@@ -122,16 +167,19 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
             plot_budget_curve(metrics, spec.budgets, spec.max_new_tokens, out_dir / "budget_curve.png")
     table = [{"id": r["id"], "prompt": r["prompt"][-1]["content"], "gold": r["answer"], "completion": c,
               "score": s} for r, c, s in list(zip(rows, greedy, scores))[:spec.table_rows]]
-    return metrics, table
+    per_prompt = {"id": [r["id"] for r in rows], "accuracy": scores, "format": formats, "tokens": tokens}
+    return Evaluation(metrics, table, per_prompt)
 
 
 def evaluate_once(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code: bool = False,
-                  cache: Path | None = None) -> dict[str, float]:
-    """A model's held-out metrics, read from `cache` when an earlier stage or run measured them
-    (the plan's baseline file: one per model and evaluation spec), else measured and cached."""
+                  cache: Path | None = None) -> Evaluation:
+    """A model's held-out evaluation (metrics and per-prompt scores), read from `cache` when an
+    earlier stage or run measured it (the plan's baseline file: one per model and evaluation spec),
+    else measured and cached."""
     if cache is not None and cache.exists():
-        return json.loads(cache.read_text())
-    metrics, _ = evaluate(model_dir, spec, rows, trust_remote_code)
+        saved = json.loads(cache.read_text())
+        return Evaluation(saved["metrics"], [], saved["scores"])
+    done = evaluate(model_dir, spec, rows, trust_remote_code)
     if cache is not None:
-        write_json_atomic(cache, metrics)
-    return metrics
+        write_json_atomic(cache, {"metrics": done.metrics, "scores": done.scores})
+    return done

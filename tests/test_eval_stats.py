@@ -1,0 +1,137 @@
+"""Numbers you can trust: intervals against known values, the paired test against hand-computed
+cases, pass@k against the closed form, answers read where the recipe's rules put them, and gates
+that ask for a significant change."""
+
+import itertools
+import json
+import math
+
+import pytest
+
+from pipeline.gates import change_metrics, gate_failure
+from stages.core.stats import bootstrap_mean, majority_correct, mcnemar_exact, paired_change, pass_at_k, rate_interval, wilson
+from stages.kinds.common import GateSpec
+from stages.kinds.evaluate import EvalSpec
+from stages.rewards.verifiers import score_rows
+
+
+def test_wilson_matches_known_values():
+    # Wilson (1927) / Newcombe (1998) table values at 95%
+    assert wilson(8, 16) == pytest.approx((0.2800, 0.7200), abs=1e-4)
+    assert wilson(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson(81, 263) == pytest.approx((0.2553, 0.3662), abs=1e-4)
+    assert wilson(10, 10)[1] == pytest.approx(1.0) and wilson(0, 0) == (0.0, 1.0)
+    half = (wilson(100, 200)[1] - wilson(100, 200)[0]) / 2
+    assert half == pytest.approx(0.0685, abs=1e-3)  # why the demo needs ~200 prompts for +-7 points
+
+
+def test_bootstrap_interval_of_a_mean_covers_it_and_shrinks_with_n():
+    values = [float(i % 7) for i in range(50)]
+    lo, hi = bootstrap_mean(values)
+    assert lo < sum(values) / len(values) < hi
+    lo4, hi4 = bootstrap_mean(values * 4)
+    assert hi4 - lo4 < hi - lo
+    assert bootstrap_mean(values) == (lo, hi)  # seeded: reproducible
+    assert rate_interval([0.5, 1.0, None, 0.0])["n"] == 3  # fractions: bootstrap; None left out
+
+
+def test_mcnemar_exact_matches_a_hand_computed_case():
+    # 10 prompts gained, 2 lost: 2 * P(X <= 2), X ~ Binomial(12, 1/2) = 2 * (1 + 12 + 66) / 4096
+    assert mcnemar_exact(10, 2) == pytest.approx(158 / 4096)
+    assert mcnemar_exact(2, 10) == mcnemar_exact(10, 2)
+    assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(6, 0) == pytest.approx(2 / 64)
+
+
+def test_paired_change_uses_only_the_pairs_and_reports_mcnemar():
+    before = [0, 0, 1, 1, 0, 0, 0, 0, 0, 0, None]
+    after = [1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 1]
+    c = paired_change(before, after)
+    assert c["n"] == 10 and c["delta"] == pytest.approx(0.5)
+    assert c["lo"] > 0 and c["hi"] <= 1
+    assert c["p"] == pytest.approx(mcnemar_exact(5, 0))
+    same = paired_change([1, 0] * 20, [0, 1] * 20)  # as many gained as lost: no change
+    assert same["delta"] == 0 and same["lo"] < 0 < same["hi"] and same["p"] == 1.0
+    assert "p" not in paired_change([10.0, 12.0], [8.0, 9.0])  # lengths: no McNemar
+
+
+@pytest.mark.parametrize("n,c,k", [(10, 3, 1), (10, 3, 5), (8, 0, 3), (6, 6, 2), (7, 2, 7)])
+def test_pass_at_k_is_the_unbiased_estimator(n, c, k):
+    # closed form: the share of k-subsets of the n samples with at least one correct one
+    samples = [1] * c + [0] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    expected = sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+    assert pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k))
+
+
+def test_majority_vote():
+    assert majority_correct(["7", "7", "8"], [1.0, 1.0, 0.0]) == 1.0
+    assert majority_correct(["8", "7", "8"], [0.0, 1.0, 0.0]) == 0.0
+    assert majority_correct([None, None], [0.0, 0.0]) is None
+
+
+MATH = {"verifier": "math", "answer": "7"}
+CUT_MID_THOUGHT = "<think>\n3 + 4 = \\boxed{7}, so the answer is 7 and"
+ANSWER_IN_THINKING = "<think>\\boxed{7}</think>\n\nI am not sure."
+RIGHT = "<think>\n3 + 4\n</think>\n\n\\boxed{7}"
+NO_THINKING = "3 + 4 = 7, so \\boxed{7}"
+
+
+@pytest.mark.parametrize("spec", [EvalSpec(), EvalSpec(modes=["think", "no_think"], budgets=[0, None]),
+                                  EvalSpec(rewards=[{"name": "accuracy_math", "params": {"after_think": True}}])],
+                         ids=["stage", "modes_and_budgets", "eval_reward_after_think"])
+def test_held_out_answers_are_never_read_inside_the_thinking(spec):
+    """Every evaluation path (greedy, samples, modes, budgets, baselines) scores with these rules."""
+    scores = score_rows([MATH] * 4, [CUT_MID_THOUGHT, ANSWER_IN_THINKING, RIGHT, NO_THINKING], **spec.answer_rules())
+    assert scores[:3] == [0.0, 0.0, 1.0]
+    assert scores[3] == (0.0 if spec.rewards else 1.0)  # a model that does not think is read whole by default
+
+
+def test_r1_zero_evaluation_reads_the_answer_tags():
+    rules = EvalSpec(template="r1_zero").answer_rules()
+    assert rules["answer_tags"]
+    texts = ["<think>7</think> <answer>8</answer>", "<think>so</think> <answer>7</answer>"]
+    assert score_rows([MATH] * 2, texts, **rules) == [0.0, 1.0]
+
+
+def scores_file(ids, accuracy):
+    return {"id": ids, "accuracy": accuracy, "format": [1.0] * len(ids), "tokens": [10] * len(ids)}
+
+
+def test_changes_are_paired_by_prompt_id():
+    before = scores_file(["a", "b", "c", "d"], [0.0, 0.0, 1.0, 0.0])
+    after = scores_file(["d", "c", "b", "a", "z"], [1.0, 1.0, 1.0, 1.0, 0.0])  # another order, one extra prompt
+    m = change_metrics(after, before)
+    assert m["change/eval/accuracy"] == pytest.approx(0.75) and m["change/eval/accuracy_n"] == 4
+    assert m["change/eval/accuracy_p"] == pytest.approx(mcnemar_exact(3, 0))
+    assert m["change/eval/format_rate"] == 0 and m["change/eval/completion_tokens_mean"] == 0
+
+
+def test_a_gate_can_ask_for_a_significant_change():
+    strict = GateSpec(metric="accuracy", min_delta=0.0, significant=True)
+    noisy = {"eval/accuracy": 0.6, "input/eval/accuracy": 0.5, "change/eval/accuracy": 0.1,
+             "change/eval/accuracy_lo": -0.05, "change/eval/accuracy_hi": 0.25, "change/eval/accuracy_n": 40}
+    assert gate_failure("rl", GateSpec(metric="accuracy"), noisy) is None  # the plain gate passes on noise
+    assert "not significantly above" in gate_failure("rl", strict, noisy)
+    real = {**noisy, "change/eval/accuracy_lo": 0.02}
+    assert gate_failure("rl", strict, real) is None
+    assert "needs a paired comparison" in gate_failure("rl", strict, {"eval/accuracy": 0.6, "input/eval/accuracy": 0.5})
+    with pytest.raises(ValueError, match="compared prompt by prompt"):
+        GateSpec(metric="eval/mode/think/accuracy", significant=True)
+
+
+def test_compare_prints_changes_with_intervals_and_marks_significant_ones():
+    from pipeline.runs import comparison, format_comparison
+
+    metrics = {"eval/accuracy": 0.8, "eval/accuracy_lo": 0.6, "eval/accuracy_hi": 0.9, "eval/accuracy_n": 20,
+               "input/eval/accuracy": 0.4, "change/eval/accuracy": 0.4, "change/eval/accuracy_lo": 0.2,
+               "change/eval/accuracy_hi": 0.6, "change/eval/accuracy_n": 20, "change/eval/accuracy_p": 0.002}
+    record = {"id": "r", "recipe": "x", "stages": [{"name": "rl", "kind": "grpo", "status": "completed",
+                                                    "metrics": metrics}]}
+    rows = comparison([record])
+    assert rows[0]["paired"]["eval/accuracy"]["significant"] and rows[0]["change"]["eval/accuracy"] == pytest.approx(0.4)
+    text = format_comparison(rows)
+    assert "0.8 [0.6, 0.9]" in text and "+0.4 [+0.2, +0.6]*" in text
+    assert "accuracy_lo" not in text  # intervals sit inside their metric's cell
+    json.dumps(rows)
