@@ -66,8 +66,8 @@ VIEW_COLUMNS = [f"tags.`{STAGE_KIND_TAG}`", "metrics.`eval/accuracy`", "metrics.
 VIEW_TAG = "mlflow.sharedViewState."
 
 
-def _view_state(search: str = "", oldest_first: bool = False) -> str:
-    return json.dumps({"selectedColumns": VIEW_COLUMNS, "orderByKey": "attributes.start_time",
+def _view_state(search: str = "", oldest_first: bool = False, order_by: str = "attributes.start_time") -> str:
+    return json.dumps({"selectedColumns": VIEW_COLUMNS, "orderByKey": order_by,
                        "orderByAsc": oldest_first, "searchFilter": search})
 
 
@@ -256,11 +256,15 @@ def experiment_url(experiment: str, view: str = VIEW_KEY) -> str:
 
 
 def stages_view_url(parent_id: str) -> str:
-    """The runs table showing this pipeline run's stage runs, side by side. (A shared view cannot
-    expand a parent row, so it filters on the parent instead.)"""
+    """The runs table showing this pipeline run's stage runs, side by side, as flat rows in the order
+    they finished (the stages run one after another). A shared view cannot expand a parent row
+    (MLflow leaves `runsExpanded` out of shared views), and the table nests child runs under a
+    collapsed parent whenever it is sorted by start time; sorted by end time it does not nest, so
+    the filter on the parent shows the stage rows themselves."""
     experiment, view = experiment_of(parent_id), f"run-{parent_id[:12]}"
     client().set_experiment_tag(experiment, VIEW_TAG + view,
-                                _view_state(f"tags.mlflow.parentRunId = '{parent_id}'", oldest_first=True))
+                                _view_state(f"tags.mlflow.parentRunId = '{parent_id}'", oldest_first=True,
+                                            order_by="attributes.end_time"))
     return experiment_url(experiment, view)
 
 
