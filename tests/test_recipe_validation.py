@@ -283,3 +283,44 @@ def test_a_student_with_another_tokenizer_is_refused_before_anything_runs(tmp_pa
     msg = refused("rlhf_smoke", overrides=[f"stages.distill_off.student={other}"])
     assert f"student {other} and teacher merged.model have different tokenizers" in msg
     assert load_recipe("rlhf_smoke", "tiny", [f"stages.distill_off.student={tiny_model}"])
+
+
+ENVIRONMENT = ("vLLM rollouts need", "need a GPU", "Hugging Face cache", "HF_HUB_OFFLINE", "CUDA")
+
+
+@pytest.mark.parametrize("profile", ["tiny", "demo", "gpu"])
+@pytest.mark.parametrize("recipe", ["r1", "kimi_k15", "qwen3"])
+def test_every_named_recipe_keeps_its_semantics_on_every_profile(recipe, profile):
+    """The gpu profile cannot validate on a CPU machine for environment reasons alone (no vLLM, no GPU,
+    hub models); anything else is a recipe the profile broke. Kimi's long2short RL keeps a rollout
+    length well below the long model's on every profile."""
+    try:
+        resolved = load_recipe(recipe, profile)
+    except RecipeError as e:
+        semantic = [line for line in e.errors if not any(m in line for m in ENVIRONMENT)]
+        assert profile == "gpu" and not semantic, semantic
+        return
+    if recipe == "kimi_k15":
+        stages = {s.name: s for s in resolved.recipe.stages}
+        assert stages["short_rl"].max_completion_length * 2 <= stages["rl"].max_completion_length
+
+
+def test_the_gpu_profile_leaves_kimi_its_hf_rollouts_and_short_rollouts():
+    from pipeline.recipe import _apply_profile, _read_yaml, load_profile, recipe_path
+
+    data, where = _read_yaml(recipe_path("kimi_k15"))
+    profile, pwhere, pfile = load_profile("gpu")
+    assert _apply_profile(data, where, "gpu", profile, pwhere, pfile, recipe_path("kimi_k15")) == []
+    stages = {s["name"]: s for s in data["stages"]}
+    assert {stages[n]["rollout"] for n in ("rl_curriculum", "rl", "short_rl")} == {"hf"}
+    assert stages["short_rl"]["max_completion_length"] * 2 <= stages["rl"]["max_completion_length"]
+
+
+def test_dapo_filters_groups_by_accuracy_by_default():
+    from stages.kinds.grpo import GRPOConfig
+
+    base = {"name": "rl", "kind": "grpo", "model": "m", "data": "synthetic_math", "rewards": [{"name": "accuracy_math"}]}
+    assert GRPOConfig.model_validate({**base, "loss": "dapo"}).effective("dynamic_sampling_by") == "accuracy"
+    assert GRPOConfig.model_validate({**base, "loss": "grpo"}).effective("dynamic_sampling_by") == "reward"
+    chosen = GRPOConfig.model_validate({**base, "loss": "dapo", "dynamic_sampling_by": "reward"})
+    assert chosen.effective("dynamic_sampling_by") == "reward"

@@ -78,9 +78,10 @@ def test_last_flag_governs():
     assert governing_mode([user("a /no_think"), {"role": "assistant", "content": "x"}, user("b")]) == "no_think"
     assert governing_mode([{"role": "system", "content": "Be brief. /no_think"}, user("b")]) == "no_think"
     assert governing_mode([{"role": "system", "content": "/no_think"}, user("b /think")]) == "think"
-    # an assistant cannot switch the mode, and a flag mid-sentence is not a flag
+    # an assistant cannot switch the mode; a user's flag counts wherever it stands in the turn (users
+    # type them anywhere; Qwen3's data only ever puts them last, so nothing it was trained on changes)
     assert governing_mode([user("a"), {"role": "assistant", "content": "/no_think"}, user("b")]) == "think"
-    assert flag_of("what does /no_think mean?") is None
+    assert flag_of("what does /no_think mean?") == "no_think"
 
 
 def test_response_only_drops_the_thinking():
@@ -118,3 +119,15 @@ def test_fusion_rows_follow_the_layouts_and_the_last_flag_rule():
     system = [r for r in rows if r["prompt"][0]["role"] == "system"]
     assert system and len(system) == comp["system_flag"]
     assert build_fusion(thinking + broken, plain, 0.5, 0.2, 0.3, seed=0)[0] == rows  # seeded
+
+
+def test_a_flag_is_recognised_anywhere_in_the_turn_and_the_last_one_wins():
+    from stages.core.thinking import flag_of, governing_mode
+
+    assert flag_of("/no_think what is 2+2?") == "no_think"
+    assert flag_of("what is /think 2+2?") == "think"
+    assert flag_of("/think first, then /no_think please") == "no_think"  # the last in the turn
+    assert flag_of("what is 2+2? /no_think") == "no_think"  # Qwen3's own place, as before
+    assert flag_of("use /thinking or a/think or /no_thinking") is None  # words of their own only
+    assert governing_mode([{"role": "user", "content": "/no_think hi"}, {"role": "assistant", "content": "hello"},
+                           {"role": "user", "content": "and now? /think"}]) == "think"

@@ -4,12 +4,16 @@ stop-thinking string a thinking budget inserts.
 Layouts, byte for byte as in the Qwen3 report (RECIPES.md):
     thinking      <think>\\n{thinking}\\n</think>\\n\\n{response}
     non-thinking  <think>\\n\\n</think>\\n\\n{response}
-Flags go at the end of a user turn or of the system message; thinking is the default, and in a
-multi-turn conversation the LAST flag governs. Earlier assistant turns keep only their response.
+Qwen3's template and data put flags at the end of a user turn or of the system message; users type
+them anywhere, so a flag is recognised anywhere in the turn as a word of its own (`/no_think what is
+2+2?`), the last one in the turn winning; thinking is the default, and in a multi-turn conversation
+the LAST flag governs. Earlier assistant turns keep only their response. Templates are unchanged:
+the flag stays in the text where the user put it.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 THINK_FLAG = "/think"
@@ -22,6 +26,7 @@ STOP_THINKING = ("\n\nConsidering the limited time by the user, I have to give t
                  "thinking directly now.\n</think>\n\n")
 
 Mode = Literal["think", "no_think"]
+FLAG = re.compile(r"(?<!\S)/(no_)?think(?!\S)")  # a word of its own: not /thinking, not a/think
 
 
 def thinking_response(thinking: str, response: str) -> str:
@@ -39,13 +44,11 @@ def response_only(text: str) -> str:
 
 
 def flag_of(text: str) -> Mode | None:
-    """The mode a message's trailing flag asks for, or None when it carries no flag."""
-    stripped = text.rstrip()
-    if stripped.endswith(NO_THINK_FLAG):
-        return "no_think"
-    if stripped.endswith(THINK_FLAG):
-        return "think"
-    return None
+    """The mode a message's last flag asks for, wherever it stands, or None when it carries none."""
+    flags = FLAG.findall(text)  # the `no_` group of each: "no_" or ""
+    if not flags:
+        return None
+    return "no_think" if flags[-1] else "think"
 
 
 def governing_mode(messages: list[dict]) -> Mode:

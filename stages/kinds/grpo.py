@@ -63,8 +63,9 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
                                         "steps (R1: 400); needs beta > 0")
     dynamic_sampling: bool | None = None
     dynamic_sampling_max_rounds: int = Field(4, ge=1, description="rollout rounds per step at most")
-    dynamic_sampling_by: Literal["reward", "accuracy"] = Field(
-        "reward", description="drop groups whose total reward is constant, or (DAPO) whose success reward is all 0 or all 1")
+    dynamic_sampling_by: Literal["reward", "accuracy"] | None = Field(
+        None, description="drop groups whose total reward is constant, or (DAPO) whose success reward is all 0 or "
+        "all 1; None = the variant's: accuracy for dapo, as the paper filters, reward otherwise")
     mask_truncated: bool | None = Field(None, description="drop truncated completions from the loss")
     sampler: SamplerKind = "random"
     difficulty_key: Literal["difficulty", "pass_rate"] = Field(
@@ -103,7 +104,8 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
         if mask and any(r.name == "overlong_dapo" for r in self.rewards):
             mask = False  # DAPO uses one or the other: the soft punishment needs the truncated samples
         defaults = {"beta": beta, "clip_high": clip_high or self.clip_low, "dynamic_sampling": dynamic,
-                    "mask_truncated": mask, "scale_rewards": scale}
+                    "mask_truncated": mask, "scale_rewards": scale,
+                    "dynamic_sampling_by": "accuracy" if self.loss == "dapo" else "reward"}
         value = getattr(self, knob, None)
         return defaults[knob] if value is None else value
 
@@ -222,7 +224,7 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
     names = [r.name for r in cfg.rewards]
     rl = RLOptions(sampler=sampler, success_reward=names.index(cfg.success_reward or names[0]), loss=cfg.loss,
                    tau=cfg.tau, dynamic_sampling=cfg.effective("dynamic_sampling"),
-                   max_rounds=cfg.dynamic_sampling_max_rounds, dynamic_sampling_by=cfg.dynamic_sampling_by)
+                   max_rounds=cfg.dynamic_sampling_max_rounds, dynamic_sampling_by=cfg.effective("dynamic_sampling_by"))
     rewards = [stage_reward(with_resolved_models(r, j, ctx), cfg.max_completion_length)
                for j, r in enumerate(cfg.rewards)]
     trainer = PosttrainGRPOTrainer(model=model_dir, args=trl_config(cfg, ctx), train_dataset=dataset,

@@ -374,8 +374,9 @@ def main() -> None:
     deadline = started + float(job["budget_s"])
     events = {"timeouts": 0, "memory_errors": 0, "child_deaths": 0}
     undumpable()
-    n = int(job["max_procs"])  # set again inside our user namespace: the whole sandbox's allowance
-    resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    if os.getpid() == 1:  # in the sandbox's own namespaces, RLIMIT_NPROC counts the sandbox's processes alone
+        n = int(job["max_procs"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     verdict = {"nonce": job["nonce"]}
     try:
         if job["mode"] == "io":
