@@ -14,8 +14,10 @@ or read from local files with chosen/rejected columns (`load_pairs`: JSONL, Parq
 directory), where a bad row is named by file and line.
 - quality: chosen = verified, finished, readable (language-consistent) samples; rejected = wrong,
   truncated or unreadable ones. Every chosen is paired with every rejected, up to `max_pairs`.
-- long2short (Kimi k1.5): chosen = the shortest correct sample; rejected = the wrong samples and the
-  correct ones at least `length_ratio` (1.5) times longer than it.
+- long2short (Kimi k1.5, section 2.4): chosen = the shortest correct sample; rejected = the wrong
+  samples LONGER than it and the correct ones at least `length_ratio` (1.5) times longer. A wrong
+  answer as short as the chosen one or shorter is no negative: preferring the chosen over it would
+  teach correctness where the stage means to teach length, and a shorter one would teach "longer".
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def pairs_from_samples(row: dict, samples: list[Sample], mode: str = "quality", 
         if not good:
             return []
         shortest = min(good, key=lambda s: s.tokens)
-        bad = [(s, v[0]) for s, v in zip(samples, verdicts) if v is not None and v[0] != "unjudgeable"]
+        bad = [(s, f"longer {v[0]}") for s, v in zip(samples, verdicts)
+               if v is not None and v[0] != "unjudgeable" and s.tokens > shortest.tokens]
         bad += [(s, f"{s.tokens / max(1, shortest.tokens):.1f}x longer") for s in good
                 if s.tokens >= length_ratio * shortest.tokens]
         pairs = [(shortest, s, f"shortest correct vs {why}") for s, why in bad]

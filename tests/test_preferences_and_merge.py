@@ -33,10 +33,14 @@ def test_quality_pairs_put_correct_over_wrong():
 
 
 def test_long2short_pairs_follow_kimi():
-    texts = [answer("5", " long" * 20), answer("5"), answer("5", " a bit"), answer("9")]
-    pairs = pairs_from_samples(ROW, samples(texts, [30, 10, 14, 10]), "long2short", length_ratio=1.5)
+    texts = [answer("5", " long" * 20), answer("5"), answer("5", " a bit"), answer("9"), answer("9", " hmm"),
+             answer("8", "!")]
+    pairs = pairs_from_samples(ROW, samples(texts, [30, 10, 14, 10, 12, 8]), "long2short", length_ratio=1.5)
     assert all(p["chosen"] == answer("5") for p in pairs)  # the shortest correct answer
-    assert sorted(p["rejected"] for p in pairs) == sorted([texts[0], texts[3]])  # 14 < 1.5 * 10: not a negative
+    # negatives: correct and >= 1.5x longer, or wrong and longer; not 14 < 1.5 * 10, not the wrong
+    # answers as short (10) or shorter (8) than the chosen one, which would teach length backwards
+    assert sorted(p["rejected"] for p in pairs) == sorted([texts[0], texts[4]])
+    assert {p["reason"] for p in pairs} == {"shortest correct vs 3.0x longer", "shortest correct vs longer wrong"}
     assert not pairs_from_samples(ROW, samples([answer("8")], [5]), "long2short")  # nothing correct, no pairs
 
 
