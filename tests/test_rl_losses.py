@@ -6,7 +6,14 @@ import math
 import pytest
 import torch
 
-from stages.kinds.rl_losses import group_advantages, k3_kl, kimi_mirror_descent_loss, policy_loss, zero_variance_groups
+from stages.kinds.rl_losses import (
+    filler_rescale,
+    group_advantages,
+    k3_kl,
+    kimi_mirror_descent_loss,
+    policy_loss,
+    zero_variance_groups,
+)
 
 # Two sequences of up to 3 completion tokens; the first has one padding token.
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
@@ -140,3 +147,25 @@ def test_kimi_loss_runs_in_the_trainer(tiny_model, tmp_path):
                                     inputs["completion_mask"], tau=0.3, beta=0.05, ref_logps=inputs["ref_per_token_logps"])
     assert got == pytest.approx(want.item(), rel=1e-4)
     assert cfg.effective("scale_rewards") is False  # mean baseline only, as in the paper
+
+
+@pytest.mark.parametrize("variant", ["grpo", "dr_grpo", "dapo", "kimi_mirror_descent"])
+def test_filler_rows_count_in_no_denominator(variant):
+    """Dynamic sampling's masked filler rows leave every loss as it is on the live rows alone (they
+    shrank grpo, dr_grpo and the Kimi loss by (B - fillers) / B)."""
+    torch.manual_seed(0)
+    live, fillers = 6, 2
+    logps = torch.randn(live + fillers, 5)
+    old = logps.detach() + 0.1 * torch.randn_like(logps)
+    adv = torch.randn(live + fillers)
+    mask = torch.ones(live + fillers, 5)
+    mask[live:] = 0
+    mask[0, 3:] = 0  # a short live sequence
+
+    def loss(rows):
+        if variant == "kimi_mirror_descent":
+            return kimi_mirror_descent_loss(logps[rows], old[rows], adv[rows], mask[rows], tau=0.5)
+        return policy_loss(variant, logps[rows], old[rows], adv[rows], mask[rows], max_completion_length=5)
+
+    assert loss(slice(None)).item() == pytest.approx(loss(slice(0, live)).item(), rel=1e-6)
+    assert filler_rescale(mask) == pytest.approx((live + fillers) / live) and filler_rescale(mask[:live]) == 1.0

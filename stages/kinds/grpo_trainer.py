@@ -4,7 +4,8 @@
   batch is needed, and rollout outcomes feed its success table; its state goes into checkpoints;
 - DAPO's dynamic sampling: groups whose rewards (or, as DAPO does, whose accuracies) are all equal
   are dropped and the batch is refilled with fresh groups (at most `max_rounds` rollout rounds; then
-  zero-variance groups fill the rest, masked out of the loss so they dilute nothing);
+  zero-variance groups fill the rest, masked out of the loss and out of every denominator, so they
+  dilute nothing: `filler_rescale`);
 - Kimi k1.5's mirror-descent loss (`stages.kinds.rl_losses.kimi_mirror_descent_loss`);
 - rollout and training throughput and an accuracy metric in every logged step.
 
@@ -23,7 +24,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from stages.kinds.prompt_sampler import PromptSampler
-from stages.kinds.rl_losses import kimi_mirror_descent_loss, zero_variance_groups
+from stages.kinds.rl_losses import filler_rescale, kimi_mirror_descent_loss, zero_variance_groups
 
 SAMPLER_STATE = "sampler_state.json"
 
@@ -158,7 +159,10 @@ class PosttrainGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         self._step_tokens = (inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()).item()
         if self.rl.loss != "kimi_mirror_descent":
-            return super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
+            # TRL's grpo and dr_grpo count masked filler rows in their per-sequence denominators;
+            # dapo divides by tokens (num_items_in_batch), which fillers do not add to
+            return loss * filler_rescale(inputs["completion_mask"]) if self.rl.loss in ("grpo", "dr_grpo") else loss
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
         mask = inputs["completion_mask"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)

@@ -51,18 +51,19 @@ def policy_loss(variant: str, logps, old_logps, advantages, mask, *, eps_low: fl
     - grpo: mean over sequences of each sequence's token mean (1/|o_i| per sequence);
     - dr_grpo: sum over all tokens / (B * max_completion_length), a constant;
     - dapo: sum over all tokens / number of tokens in the batch (token-level).
-    The k3 KL (weight `beta`) is added per token before averaging, as DeepSeekMath does.
+    The k3 KL (weight `beta`) is added per token before averaging, as DeepSeekMath does. Filler rows
+    (dynamic sampling's masked groups, mask all zero) count in no denominator (`filler_rescale`).
     """
     per_token = clipped_surrogate(logps, old_logps, advantages, eps_low, eps_high)
     if beta:
         per_token = per_token + beta * k3_kl(logps, ref_logps)
     masked = per_token * mask
     if variant == "grpo":
-        return (masked.sum(1) / mask.sum(1).clamp(min=1)).mean()
+        return (masked.sum(1) / mask.sum(1).clamp(min=1)).mean() * filler_rescale(mask)
     if variant == "dr_grpo":
         if not max_completion_length:
             raise ValueError("dr_grpo normalises by a constant: pass max_completion_length")
-        return masked.sum() / (mask.shape[0] * max_completion_length)
+        return masked.sum() / (mask.shape[0] * max_completion_length) * filler_rescale(mask)
     if variant == "dapo":
         return masked.sum() / mask.sum().clamp(min=1)
     raise ValueError(f"unknown clipped-surrogate variant {variant!r}")
@@ -86,4 +87,14 @@ def kimi_mirror_descent_loss(logps, old_logps, advantages, mask, tau: float, bet
     loss = (-advantages * seq_logp + 0.5 * tau * seq_log_ratio ** 2).mean()
     if beta:
         loss = loss + beta * ((k3_kl(logps, ref_logps) * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
-    return loss
+    return loss * filler_rescale(mask)
+
+
+def filler_rescale(mask) -> float:
+    """B / (rows with any token) for a micro-batch of B rows. Dynamic sampling fills a batch short of
+    informative groups with masked rows (mask all zero): they add nothing to a per-sequence sum, but
+    a mean over the B rows (grpo, kimi_mirror_descent) or a divisor of B x L (dr_grpo) would still
+    count them and shrink the step by (B - fillers) / B. Multiplying by this undoes it; TRL's own
+    grpo and dr_grpo losses get the same factor in the trainer. 1 when nothing is masked out."""
+    live = int((mask.sum(1) > 0).sum())
+    return mask.shape[0] / live if live else 1.0
