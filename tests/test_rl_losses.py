@@ -169,3 +169,30 @@ def test_filler_rows_count_in_no_denominator(variant):
 
     assert loss(slice(None)).item() == pytest.approx(loss(slice(0, live)).item(), rel=1e-6)
     assert filler_rescale(mask) == pytest.approx((live + fillers) / live) and filler_rescale(mask[:live]) == 1.0
+
+
+def test_kimi_tau_acts_because_each_rollout_batch_is_updated_on_more_than_once(tiny_model, tmp_path):
+    """With one update per batch pi_old is pi and tau changes nothing (grad(tau) is the same for every
+    tau); the stage's default of two updates per batch makes TRL keep the rollout policy's
+    log-probabilities, and from the second update on tau shapes the gradient."""
+    from stages.kinds.grpo import GRPOConfig
+
+    trainer, cfg = _trainer(tiny_model, tmp_path, "kimi_mirror_descent")
+    assert cfg.effective("num_iterations") == 2 and trainer.num_iterations == 2
+    with pytest.raises(ValueError, match="tau term has no gradient"):
+        GRPOConfig(name="rl", model="base", data="synthetic_math", loss="kimi_mirror_descent",
+                   rewards=[{"name": "accuracy_math"}], num_iterations=1)
+    logps, inputs = _batch(trainer)
+    inputs = {**inputs, "ref_per_token_logps": None}
+    trainer.beta = 0.0
+
+    def grad(tau: float, old: torch.Tensor) -> torch.Tensor:
+        trainer.rl.tau = tau
+        trainer.model.zero_grad()
+        trainer._compute_loss(trainer.model, {**inputs, "old_per_token_logps": old}).backward()
+        return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+    same = logps.detach()  # the first update on a batch: pi_old is pi
+    assert torch.allclose(grad(0.1, same), grad(100.0, same))
+    updated = inputs["old_per_token_logps"]  # a later update on the same batch: pi has moved from pi_old
+    assert not torch.allclose(grad(0.1, updated), grad(100.0, updated))

@@ -55,7 +55,8 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
     clip_high: float | None = Field(None, gt=0, description="None = clip_low (0.28 for dapo)")
     tau: float = Field(0.1, gt=0, description="kimi_mirror_descent regulariser; not stated in the paper")
     num_generations: int = Field(8, ge=2, description="group size G: completions per prompt")
-    num_iterations: int = Field(1, ge=1, description="updates per rollout batch (mu)")
+    num_iterations: int | None = Field(None, ge=1, description="updates per rollout batch (mu); None = the "
+                                       "variant's: 2 for kimi_mirror_descent (its tau term needs pi != pi_old), else 1")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_completion_length: int = Field(256, ge=1)
@@ -96,6 +97,10 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
             raise ValueError("ref_reset_steps needs beta > 0: without a KL term there is no reference to reset")
         if self.ref_reset_steps and self.lora is not None:
             raise ValueError("ref_reset_steps is not supported with LoRA (TRL cannot sync a PEFT reference)")
+        if self.loss == "kimi_mirror_descent" and self.num_iterations == 1:
+            raise ValueError("kimi_mirror_descent with num_iterations 1 is REINFORCE with a mean baseline: the "
+                             "policy IS the rollout policy at every update, so the tau term has no gradient. Kimi "
+                             "(2.3.2) updates several times per rollout batch: use num_iterations >= 2")
         return self
 
     def effective(self, knob: str):
@@ -105,7 +110,8 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
             mask = False  # DAPO uses one or the other: the soft punishment needs the truncated samples
         defaults = {"beta": beta, "clip_high": clip_high or self.clip_low, "dynamic_sampling": dynamic,
                     "mask_truncated": mask, "scale_rewards": scale,
-                    "dynamic_sampling_by": "accuracy" if self.loss == "dapo" else "reward"}
+                    "dynamic_sampling_by": "accuracy" if self.loss == "dapo" else "reward",
+                    "num_iterations": 2 if self.loss == "kimi_mirror_descent" else 1}
         value = getattr(self, knob, None)
         return defaults[knob] if value is None else value
 
@@ -197,7 +203,7 @@ def trl_config(cfg: GRPOConfig, ctx):
         # DeepSeekMath's plain k3 (TRL would also weight it by pi/pi_old, which differs once mu > 1)
         beta=beta, use_bias_correction_kl=False, epsilon=cfg.clip_low, epsilon_high=cfg.effective("clip_high"),
         mask_truncated_completions=cfg.effective("mask_truncated"),
-        num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
+        num_generations=cfg.num_generations, num_iterations=cfg.effective("num_iterations"),
         temperature=cfg.temperature, top_p=cfg.top_p, max_completion_length=cfg.max_completion_length,
         reward_weights=[r.weight for r in cfg.rewards],
         sync_ref_model=bool(cfg.ref_reset_steps), ref_model_mixup_alpha=1.0,  # alpha 1 = a hard reset

@@ -78,9 +78,11 @@ def kimi_mirror_descent_loss(logps, old_logps, advantages, mask, tau: float, bet
     whose gradient is the paper's per-sample gradient with the sign flipped. `advantages` are the
     mean-baselined rewards (no std division); log-probabilities are of whole sequences (token sums);
     no ratio clipping. With one update per rollout batch pi = pi_old, so the regulariser is 0 in
-    value and gradient: it bites only when a batch is reused (`num_iterations` > 1), which is what
-    Kimi's "samples from pi_old" describes. Departure: the paper states neither tau nor k; the
-    optional k3 KL to a frozen reference (beta) is ours, off by default.
+    value and gradient: it bites only when a batch is reused, which is what Kimi's "samples from
+    pi_old" describes, so the stage takes `num_iterations` 2 by default with this loss and refuses 1
+    (TRL then keeps the rollout policy's log-probabilities as `old_per_token_logps`). Departures: the
+    paper states neither tau nor k nor the number of updates per batch; it resets the optimizer each
+    iteration, which we do not; the optional k3 KL to a frozen reference (beta) is ours, off by default.
     """
     seq_logp = (logps * mask).sum(1)
     seq_log_ratio = ((logps - old_logps) * mask).sum(1)
