@@ -324,3 +324,14 @@ def test_dapo_filters_groups_by_accuracy_by_default():
     assert GRPOConfig.model_validate({**base, "loss": "grpo"}).effective("dynamic_sampling_by") == "reward"
     chosen = GRPOConfig.model_validate({**base, "loss": "dapo", "dynamic_sampling_by": "reward"})
     assert chosen.effective("dynamic_sampling_by") == "reward"
+
+
+def test_r1_runs_the_revised_papers_rl_settings():
+    stages = {s["name"]: s for s in yaml.safe_load((REPO / "recipes" / "r1.yaml").read_text())["stages"]}
+    for name in ("reasoning_rl", "all_rl"):
+        assert stages[name]["beta"] == 0.001 and stages[name]["ref_reset_steps"] == 400
+    assert stages["reasoning_rl"]["temperature"] == 1.0 and stages["all_rl"]["temperature"] == 0.7
+    general = [r for r in stages["all_rl"]["rewards"] if r["name"] == "reward_model"]
+    assert general and all(r["start_step"] == stages["all_rl"]["max_steps"] - 24 for r in general)  # last 400 of 1700
+    demo = {s.name: s for s in load_recipe("r1", "demo").recipe.stages}["all_rl"]
+    assert all(r.start_step == demo.max_steps - 3 for r in demo.rewards if r.name == "reward_model")
