@@ -58,6 +58,9 @@ class DataOrMix(Strict):
     data: DataSpec | None = Field(None, description="one dataset; or use `mix`")
     mix: list[MixPart] = Field(default_factory=list, description="several datasets with a count or weight each")
     mix_seed: int = 0
+    exclude: list[DataSpec] = Field(default_factory=list, description="leave out rows whose question appears in "
+                                    "any of these datasets (an earlier stage's `data`, say): a different seed does "
+                                    "not make two draws from one source disjoint")
 
     @model_validator(mode="after")
     def _data_or_mix(self):
@@ -66,9 +69,10 @@ class DataOrMix(Strict):
         return self
 
     def data_inputs(self) -> dict[str, DataSpec]:
+        excluded = {f"exclude.{i}": spec for i, spec in enumerate(self.exclude)}
         if self.mix:
-            return {f"mix.{i}.data": part.data for i, part in enumerate(self.mix)}
-        return {"data": self.data}
+            return {**{f"mix.{i}.data": part.data for i, part in enumerate(self.mix)}, **excluded}
+        return {"data": self.data, **excluded}
 
 
 class RewardSpec(Strict):

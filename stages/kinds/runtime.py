@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_curation.mixture import mix_rows
+from data_curation.ngrams import normalize
 from data_curation.preferences import load_pairs
 from data_curation.schema import check_row
 from data_curation.sources import load_rows
 from stages.core.files import write_json_atomic
 from stages.core.loading import whole_model
+from stages.core.text import question_text
 from stages.kinds.contracts import WorkerSpec
 
 
@@ -83,12 +85,29 @@ def load_stage_rows(data: dict, ctx: StageContext | None = None) -> list[dict]:
 
 
 
+def excluded_questions(cfg, ctx: StageContext) -> set[str]:
+    """The normalised questions of the config's `exclude` datasets."""
+    return {normalize(question_text(r)) for i in range(len(cfg.exclude))
+            for r in load_stage_rows(ctx.input(f"exclude.{i}"), ctx)}
+
+
+def without(rows: list[dict], questions: set[str], ctx: StageContext) -> list[dict]:
+    """`rows` less those asking one of `questions` (counted in `data/excluded_rows`)."""
+    if not questions:
+        return rows
+    kept = [r for r in rows if normalize(question_text(r)) not in questions]
+    ctx.metrics["data/excluded_rows"] = ctx.metrics.get("data/excluded_rows", 0.0) + len(rows) - len(kept)
+    return kept
+
+
 def training_rows(cfg, ctx: StageContext, what: str) -> tuple[list[dict], list[dict] | None]:
-    """The rows of a DataOrMix config and, for a mixture, the composition actually used."""
+    """The rows of a DataOrMix config (less its `exclude` datasets' questions) and, for a mixture,
+    the composition actually used."""
+    excluded = excluded_questions(cfg, ctx)
     if not cfg.mix:
-        return load_stage_rows(ctx.input("data"), ctx), None
-    parts = [(part.data.source, load_stage_rows(ctx.input(f"mix.{i}.data"), ctx), part.count, part.weight)
-             for i, part in enumerate(cfg.mix)]
+        return without(load_stage_rows(ctx.input("data"), ctx), excluded, ctx), None
+    parts = [(part.data.source, without(load_stage_rows(ctx.input(f"mix.{i}.data"), ctx), excluded, ctx),
+              part.count, part.weight) for i, part in enumerate(cfg.mix)]
     rows, composition = mix_rows(parts, cfg.mix_seed)
     print(f"posttrain: {what} mixture " + ", ".join(f"{c['part']}: {c['used']} rows ({c['share']:.0%})"
                                                    for c in composition), flush=True)
