@@ -335,3 +335,10 @@ def test_r1_runs_the_revised_papers_rl_settings():
     assert general and all(r["start_step"] == stages["all_rl"]["max_steps"] - 24 for r in general)  # last 400 of 1700
     demo = {s.name: s for s in load_recipe("r1", "demo").recipe.stages}["all_rl"]
     assert all(r.start_step == demo.max_steps - 3 for r in demo.rewards if r.name == "reward_model")
+
+
+def test_kimi_merges_the_long_model_with_its_short_dpo_model_and_says_so():
+    text = (REPO / "recipes" / "kimi_k15.yaml").read_text()
+    merged = next(s for s in yaml.safe_load(text)["stages"] if s["name"] == "merged")
+    assert merged["models"] == ["rl.model", "short_dpo.model"]
+    assert "SEPARATELY trained short-CoT model" in text  # the departure from Kimi 2.4, declared in the header
