@@ -26,7 +26,7 @@ from stages.kinds.common import Strict, field_loc
 from stages.kinds.evaluate import EvalSpec
 from stages.kinds.launch import host_slots
 from stages.kinds.registry import STAGE_CONFIGS
-from stages.kinds.reward_reach import unreachable_rewards
+from stages.kinds.reward_reach import scope_mismatches, unreachable_rewards
 from stages.rewards import check_reward_specs
 from stages.rewards.earnable import unearnable
 
@@ -313,7 +313,7 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
             add(("eval", "data") + rel, msg)
     for i, msg in distill_tokenizer_errors(recipe.stages):
         add(("stages", i, "student"), msg)
-    for i, rel, msg in unreachable_rewards(recipe.stages):
+    for i, rel, msg in unreachable_rewards(recipe.stages) + scope_mismatches(recipe.stages):
         add(("stages", i) + rel, msg)
     return errors
 

@@ -292,3 +292,21 @@ def test_a_length_reward_that_reads_the_answer_where_accuracy_does_validates():
     from pipeline.recipe import load_recipe
 
     load_recipe("r1_zero", "tiny", [R1_ZERO % "{name: cosine_length, params: {answer_tags: true}}"])
+
+
+def test_a_reward_model_is_applied_with_the_scope_it_was_trained_on(tmp_path):
+    from pipeline.recipe import RecipeError, load_recipe
+    from stages.kinds.reward_model import scoped_pairs
+    from stages.rewards.model_scored import SCOPE_FILE
+
+    with pytest.raises(RecipeError, match=r"stages\[8\]\.rewards\[3\]\.params\.scope: reward_model applies "
+                                          r"rm_helpful\.model to the 'answer' view"):
+        load_recipe("r1", "tiny", ["stages.rm_helpful.scope=full"])
+    thinking_only = {"id": "p", "chosen": "<think>short</think> 5", "rejected": "<think>long long</think> 5"}
+    summary = {"id": "q", "chosen": "<think>a</think> The answer is 5.", "rejected": "<think>a</think> It is 6."}
+    kept, dropped = scoped_pairs([thinking_only, summary], "answer")
+    assert dropped == 1 and kept[0]["chosen"] == "The answer is 5."  # trained on what it will score
+    assert scoped_pairs([thinking_only, summary], "full") == ([thinking_only, summary], 0)
+    (tmp_path / SCOPE_FILE).write_text(json.dumps({"scope": "full"}))
+    with pytest.raises(ValueError, match="trained on the 'full' view"):
+        get_reward("reward_model", model=str(tmp_path), scope="answer")(prompts=["q"], completions=["x"])

@@ -5,11 +5,18 @@ A held-out share of the pairs (by a hash of each pair's id) is never trained on;
 pairwise accuracy on it (the chosen response scores higher) and the mean margin, and plots the
 margins. Its `model` output is a sequence classifier: later stages use it as a reward
 (`reward_model` in GRPO), not as a policy, so the recipe's generative evaluation is skipped.
+
+It is trained on the view of each response it will score (`scope`): R1's helpfulness RM judges the
+summary alone, so it learns from the summaries alone; a model trained on whole responses and applied
+to summaries would score text unlike anything it saw. The scope is saved beside the weights
+(`posttrain_reward_model.json`), the `reward_model` reward refuses another, and validation refuses a
+recipe whose reward applies a stage's reward model with another scope.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -18,7 +25,7 @@ from data_curation.report import plot_histogram
 from stages.kinds.common import DataSpec, StageBase, TrainingKnobs
 from stages.kinds.contracts import StageOutput
 from stages.kinds.runtime import last_checkpoint, load_stage_pairs, progress_callback, train_metrics, trainer_args
-from stages.rewards.model_scored import load_reward_model, score
+from stages.rewards.model_scored import SCOPE_FILE, load_reward_model, scoped, score
 
 
 class RewardModelConfig(StageBase, TrainingKnobs):
@@ -27,6 +34,9 @@ class RewardModelConfig(StageBase, TrainingKnobs):
     pairs: DataSpec = Field(description="preference pairs: a `preference_pairs` stage's `pairs` or a local file")
     eval_share: float = Field(0.1, gt=0, lt=1, description="pairs held out for pairwise accuracy")
     center_rewards_coefficient: float | None = Field(None, ge=0, description="TRL: pull mean reward to 0")
+    scope: Literal["answer", "full"] = Field("full", description="the view of each response it learns to score: "
+                                             "`answer` (after </think>; R1's helpfulness RM) or `full` (thinking "
+                                             "included); a `reward_model` reward must apply it with the same scope")
     learning_rate: float = Field(1e-5, gt=0)
     evaluate: bool = False
 
@@ -38,6 +48,18 @@ class RewardModelConfig(StageBase, TrainingKnobs):
 
 def held_out(pair_id: str, share: float) -> bool:
     return int(hashlib.sha256(pair_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
+
+
+def scoped_pairs(pairs: list[dict], scope: str) -> tuple[list[dict], int]:
+    """The pairs as the reward model will see responses when it scores them (`scoped`): with scope
+    answer, the text after the thinking. Pairs with a side that has no such view, or whose sides
+    become equal, are dropped and counted."""
+    out = []
+    for p in pairs:
+        chosen, rejected = scoped(p["chosen"], scope), scoped(p["rejected"], scope)
+        if chosen and rejected and chosen != rejected:
+            out.append({**p, "chosen": chosen, "rejected": rejected})
+    return out, len(pairs) - len(out)
 
 
 def as_conversations(pairs: list[dict]) -> list[dict]:
@@ -65,7 +87,10 @@ def run(cfg: RewardModelConfig, ctx) -> StageOutput:
 
     from stages.rollouts import load_tokenizer
 
-    pairs = load_stage_pairs(ctx.input("pairs"))
+    pairs, dropped = scoped_pairs(load_stage_pairs(ctx.input("pairs")), cfg.scope)
+    if not pairs:
+        raise ValueError(f"{cfg.name}: no preference pair differs in the {cfg.scope!r} view of its responses "
+                         f"({dropped} dropped): with scope answer, pairs that differ only in the thinking teach nothing")
     train = [p for p in pairs if not held_out(p["id"], cfg.eval_share)]
     test = [p for p in pairs if held_out(p["id"], cfg.eval_share)]
     if not train or not test:
@@ -84,7 +109,9 @@ def run(cfg: RewardModelConfig, ctx) -> StageOutput:
     trainer.train(resume_from_checkpoint=resume)
     out = ctx.output_dir / "model"
     trainer.save_model(str(out))
-    metrics = {**train_metrics(trainer, resume), "train/pairs": float(len(train))}
+    (out / SCOPE_FILE).write_text(json.dumps({"scope": cfg.scope}))  # RewardModelScore checks it
+    metrics = {**train_metrics(trainer, resume), "train/pairs": float(len(train)),
+               "train/pairs_dropped_by_scope": float(dropped)}
     artifacts = []
     if ctx.is_main:
         tokenizer.save_pretrained(out)

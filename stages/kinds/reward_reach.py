@@ -1,12 +1,16 @@
-"""Can a stage's rewards ever score? Validation follows each stage's data back to its named sources
-to learn which verifiers its rows carry ("math", "code", "ifeval", "none"), and refuses a reward that
-judges only rows no input can hold: `only: [code]` on math-only data, or `code_exec` (which by
-default judges code rows alone) in a math stage. Such a reward is None on every row: it never
-trains anything, and its weight silently rescales the others.
+"""Can a stage's rewards ever score, and score what they were made for? Validation follows each
+stage's data back to its named sources to learn which verifiers its rows carry ("math", "code",
+"ifeval", "none"), and refuses a reward that judges only rows no input can hold: `only: [code]` on
+math-only data, or `code_exec` (which by default judges code rows alone) in a math stage. Such a
+reward is None on every row: it never trains anything, and its weight silently rescales the others.
 
 A stage's dataset output is taken to carry the verifiers of its data inputs (filters keep a subset,
 fusion and sampling stages keep their rows' verifiers). A file's rows may carry any verifier (each
-row says), so a stage fed from one, or from anything downstream of one, is never refused."""
+row says), so a stage fed from one, or from anything downstream of one, is never refused.
+
+A `reward_model` reward that applies a recipe's `reward_model` stage must use the scope that stage
+trained on (`answer`: the text after the thinking; `full`: all of it); `scope_mismatches` refuses
+the others."""
 
 from __future__ import annotations
 
@@ -39,4 +43,21 @@ def unreachable_rewards(stages) -> list[tuple[int, tuple, str]]:
                 errors.append((i, ("rewards", j, field),
                                f"reward {reward.name} judges only {sorted(judged)} rows, and this stage's data "
                                f"holds only {sorted(known)} rows: it would score None on every row"))
+    return errors
+
+
+def scope_mismatches(stages) -> list[tuple[int, tuple, str]]:
+    """(stage index, path, message) for every reward_model reward whose scope differs from the one the
+    recipe's reward-model stage it names was trained on."""
+    trained = {s.name: s.scope for s in stages if s.kind == "reward_model"}
+    errors = []
+    for i, stage in enumerate(stages):
+        for j, reward in enumerate(getattr(stage, "rewards", None) or []):
+            model = str(reward.params.get("model", ""))
+            rm_stage = model.removesuffix(".model") if model.endswith(".model") else None
+            scope = reward.params.get("scope", "full")
+            if reward.name == "reward_model" and rm_stage in trained and trained[rm_stage] != scope:
+                errors.append((i, ("rewards", j, "params", "scope"),
+                               f"reward_model applies {model} to the {scope!r} view of responses, and stage "
+                               f"{rm_stage!r} trains it on the {trained[rm_stage]!r} view: set the same scope on both"))
     return errors

@@ -9,6 +9,9 @@ whose thinking never closed has no answer, and scores None under `answer` scope.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from stages.core.loading import whole_model
 from stages.core.thinking import response_only
 
@@ -27,6 +30,15 @@ def load_reward_model(model_dir: str, device: str | None = None, trust_remote_co
     model.config.pad_token_id = tokenizer.pad_token_id
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval(), tokenizer
+
+
+SCOPE_FILE = "posttrain_reward_model.json"  # beside a trained reward model: {"scope": "answer" | "full"}
+
+
+def trained_scope(model_dir: str) -> str | None:
+    """The scope a posttrain-trained reward model learned on; None for other models."""
+    path = Path(model_dir) / SCOPE_FILE
+    return json.loads(path.read_text())["scope"] if path.exists() else None
 
 
 def scoped(response: str, scope: str) -> str | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from stages.rewards.base import Reward, completion_text
-from stages.rewards.model_scored import load_reward_model, score
+from stages.rewards.model_scored import load_reward_model, score, trained_scope
 
 
 class RewardModelScore(Reward):
@@ -37,6 +37,9 @@ class RewardModelScore(Reward):
 
     def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
         if self._loaded is None:
+            if (trained := trained_scope(self.model_dir)) not in (None, self.scope):
+                raise ValueError(f"reward_model: {self.model_dir} was trained on the {trained!r} view of responses; "
+                                 f"scoring the {self.scope!r} view would judge text unlike any it learned from")
             self._loaded = load_reward_model(self.model_dir)
         model, tokenizer = self._loaded
         started = time.perf_counter()
