@@ -3,7 +3,10 @@ sampling with ~200k non-reasoning rows, whose simple queries carry no chain of t
 
 Each part takes either an exact `count` of rows or a `weight`: a multiple of its own size (0.5 =
 half its rows, 2 = each row twice), as in Tulu's dataset mixer; with neither, all of its rows.
-Rows are drawn without replacement, cycling through a seeded shuffle when a part must repeat.
+Or every part takes a `ratio`, and the parts share the mixture in those proportions (R1's 3:1
+reasoning:general is `ratio: 3` and `ratio: 1`): the mixture is as large as it can be without
+repeating a row of the part that runs out first. Rows are drawn without replacement, cycling
+through a seeded shuffle when a part must repeat.
 """
 
 from __future__ import annotations
@@ -29,14 +32,28 @@ def take(rows: list[dict], size: int, rng: random.Random) -> list[dict]:
     return out
 
 
-def mix_rows(parts: list[tuple[str, list[dict], int | None, float | None]], seed: int = 0) -> tuple[list[dict], list[dict]]:
-    """(mixed rows, composition) for parts given as (label, rows, count, weight)."""
+def ratio_sizes(available: list[int], ratios: list[float]) -> list[int]:
+    """Rows per part so that the parts stand in `ratios` and none repeats a row: the part with the
+    fewest rows for its share sets the total."""
+    total = sum(ratios)
+    mixture = min(n * total / r for n, r in zip(available, ratios))
+    return [max(1, int(mixture * r / total)) for r in ratios]
+
+
+def mix_rows(parts: list[tuple], seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """(mixed rows, composition) for parts given as (label, rows, count, weight[, ratio])."""
     rng = random.Random(seed)
     mixed, composition = [], []
-    for label, rows, count, weight in parts:
+    for label, rows, *_ in parts:
         if not rows:
             raise ValueError(f"mixture part {label!r} has no rows")
-        chosen = take(rows, part_size(len(rows), count, weight), rng)
+    ratios = [part[4] if len(part) > 4 else None for part in parts]
+    if any(r is not None for r in ratios):
+        sizes = ratio_sizes([len(part[1]) for part in parts], ratios)
+    else:
+        sizes = [part_size(len(rows), count, weight) for _, rows, count, weight, *_ in parts]
+    for (label, rows, *_), size in zip(parts, sizes):
+        chosen = take(rows, size, rng)
         mixed += chosen
         composition.append({"part": label, "available": len(rows), "used": len(chosen)})
     for c in composition:

@@ -46,6 +46,8 @@ def test_r1_runs_its_four_stages_and_distils(r1):
     mixture = json.loads((_out(stages["sft_all"]) / "mixture.json").read_text())
     assert [p["part"] for p in mixture] == ["rs.dataset", "synthetic_math", "general_chat"]
     assert all(p["used"] > 0 for p in mixture)
+    reasoning, general = mixture[0]["used"] + mixture[1]["used"], mixture[2]["used"]
+    assert 2.5 <= reasoning / general <= 3.5, mixture  # the 3:1 mixture, enforced
     # Stage 4 scores with both reward models (summary vs whole response) next to the rules.
     m = stages["all_rl"]["metrics"]
     assert m["train/rewards/reward_model_answer/scored"] > 0 and m["train/rewards/reward_model_full/scored"] > 0

@@ -113,6 +113,24 @@ def test_mixture_uses_counts_and_weights():
         mix_rows([("empty", [], None, None)])
 
 
+def test_mixture_ratios_are_shares_of_the_whole():
+    """R1's 3:1 reasoning:general: with weights the realised ratio followed the parts' sizes (21.8:1
+    at demo sizes); with ratios it is 3:1 whatever the sizes, and no part repeats a row."""
+    from stages.kinds.sft import SFTConfig
+
+    reasoning = [{"id": f"r{i}"} for i in range(300)]
+    general = [{"id": f"g{i}"} for i in range(47)]
+    rows, comp = mix_rows([("reasoning", reasoning, None, None, 3), ("general", general, None, None, 1)])
+    assert [c["used"] for c in comp] == [141, 47] and comp[0]["share"] == pytest.approx(0.75)
+    assert len({r["id"] for r in rows}) == len(rows)  # nothing repeated
+    few = [{"id": f"f{i}"} for i in range(12)]
+    assert [c["used"] for c in mix_rows([("few", few, None, None, 3), ("general", general, None, None, 1)])[1]] == [12, 4]
+    with pytest.raises(ValueError, match="give every part a `ratio`, or none"):
+        SFTConfig(name="s", model="m", mix=[{"data": "a.dataset", "ratio": 3}, {"data": "general_chat"}])
+    with pytest.raises(ValueError, match="one of count, weight and ratio"):
+        SFTConfig(name="s", model="m", mix=[{"data": "a.dataset", "ratio": 3, "weight": 1.0}])
+
+
 def test_sft_on_a_mixture_logs_the_composition_it_used(tmp_path, tiny_model):
     import json
 

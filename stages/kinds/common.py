@@ -44,11 +44,13 @@ class MixPart(Strict):
     data: DataSpec
     count: int | None = Field(None, ge=1, description="exactly this many rows (repeating rows if it has fewer)")
     weight: float | None = Field(None, gt=0, description="this multiple of its rows: 0.5 = half, 2 = each twice")
+    ratio: float | None = Field(None, gt=0, description="this part's share of the mixture against the others' "
+                                "ratios (3 and 1: three reasoning rows to one general); all parts or none")
 
     @model_validator(mode="after")
     def _one_size(self):
-        if self.count is not None and self.weight is not None:
-            raise ValueError("give a part either a count or a weight, not both")
+        if sum(x is not None for x in (self.count, self.weight, self.ratio)) > 1:
+            raise ValueError("give a part one of count, weight and ratio")
         return self
 
 
@@ -66,6 +68,8 @@ class DataOrMix(Strict):
     def _data_or_mix(self):
         if (self.data is None) == (not self.mix):
             raise ValueError("give exactly one of `data` (one dataset) and `mix` (several)")
+        if 0 < sum(p.ratio is not None for p in self.mix) < len(self.mix):
+            raise ValueError("ratios are shares of the whole mixture: give every part a `ratio`, or none")
         return self
 
     def data_inputs(self) -> dict[str, DataSpec]:

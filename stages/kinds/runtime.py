@@ -107,7 +107,7 @@ def training_rows(cfg, ctx: StageContext, what: str) -> tuple[list[dict], list[d
     if not cfg.mix:
         return without(load_stage_rows(ctx.input("data"), ctx), excluded, ctx), None
     parts = [(part.data.source, without(load_stage_rows(ctx.input(f"mix.{i}.data"), ctx), excluded, ctx),
-              part.count, part.weight) for i, part in enumerate(cfg.mix)]
+              part.count, part.weight, part.ratio) for i, part in enumerate(cfg.mix)]
     rows, composition = mix_rows(parts, cfg.mix_seed)
     print(f"posttrain: {what} mixture " + ", ".join(f"{c['part']}: {c['used']} rows ({c['share']:.0%})"
                                                    for c in composition), flush=True)
