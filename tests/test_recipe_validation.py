@@ -162,7 +162,7 @@ def test_sft_mixture_inputs_are_checked_with_their_paths(tmp_path):
 
     def both(d):
         d["stages"][1]["mix"] = [{"data": {"source": "general_chat"}, "count": 10, "weight": 2.0}]
-    assert "stages[1].mix[0]: Value error, give a part either a count or a weight" in refused(write_variant(tmp_path, both))
+    assert "stages[1].mix[0]: Value error, give a part one of count, weight and ratio" in refused(write_variant(tmp_path, both))
 
     def data_and_mix(d):
         d["stages"][1]["mix"] = [{"data": {"source": "general_chat"}}]
