@@ -18,6 +18,7 @@ With `tracking`, the only module that writes to MLflow.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -129,6 +130,13 @@ def log_datasets(run_id: str, stage: str, output_dir: Path, outputs: dict[str, s
         logged.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "output")]))
         if mode == "copy":
             c.log_artifact(run_id, str(path), artifact_path="outputs")
+    mixture = output_dir / "mixture.json"
+    if mixture.is_file():  # the rows a mixture actually used, per part: the realised ratio
+        parts = json.loads(mixture.read_text())
+        profile = {"num_rows": sum(p["used"] for p in parts), "parts": [[p["part"], p["used"]] for p in parts]}
+        dataset = Dataset(name=f"{stage}.mixture", digest=hashlib.sha256(mixture.read_bytes()).hexdigest()[:32],
+                          source_type="local", source=json.dumps({"uri": str(mixture)}), profile=json.dumps(profile))
+        logged.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "training")]))
     if logged:
         c.log_inputs(run_id, datasets=logged)
 

@@ -48,6 +48,9 @@ def test_r1_runs_its_four_stages_and_distils(r1):
     assert all(p["used"] > 0 for p in mixture)
     reasoning, general = mixture[0]["used"] + mixture[1]["used"], mixture[2]["used"]
     assert 2.5 <= reasoning / general <= 3.5, mixture  # the 3:1 mixture, enforced
+    run = mlflow.MlflowClient(tracking_uri()).get_run(stages["sft_all"]["mlflow_run_id"])
+    logged = [d.dataset for d in run.inputs.dataset_inputs if d.dataset.name == "sft_all.mixture"]
+    assert logged and json.loads(logged[0].profile)["parts"] == [[p["part"], p["used"]] for p in mixture]
     # Stage 4 scores with both reward models (summary vs whole response) next to the rules.
     m = stages["all_rl"]["metrics"]
     assert m["train/rewards/reward_model_answer/scored"] > 0 and m["train/rewards/reward_model_full/scored"] > 0
