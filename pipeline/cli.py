@@ -96,6 +96,13 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def count(text: str) -> int:
+    """A whole number of 0 or more, for argparse (`--keep-runs -1` is a mistake, not 0)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return int(text)
+
+
 def cmd_gc(args) -> int:
     from pipeline.gc import collect
 
@@ -132,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_compare)
     sp = sub.add_parser("gc", help="remove stage outputs and checkpoints that no kept run references")
-    sp.add_argument("--keep-runs", type=int, default=5, help="keep the outputs of the newest N runs (default 5)")
+    sp.add_argument("--keep-runs", type=count, default=5, help="keep the outputs of the newest N runs (default 5)")
     sp.add_argument("--dry-run", action="store_true", help="only print what would go")
     sp.set_defaults(fn=cmd_gc)
     sp = sub.add_parser("ui", help="start the Prefect and MLflow UIs on localhost")

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-import yaml
 from pydantic import Field, ValidationError
 
 from data_curation.sources import check_data_spec
+from pipeline import yaml_files
 from pipeline.models import check_model_ref
 from pipeline.probe_cache import remembered_probes
 from pipeline.tokenizer_check import distill_tokenizer_errors
@@ -44,8 +44,12 @@ class TrackingSpec(Strict):
         "record their directory and checksum. Default: copy for an http(s) tracking server, else reference")
 
 
+RECIPE_NAME = r"^[a-z0-9][a-z0-9_-]*$"  # it names folders under $POSTTRAIN_HOME: never a path
+
+
 class Recipe(Strict):
-    name: str
+    name: str = Field(pattern=RECIPE_NAME, description="lowercase letters, digits, _ and -; it names the "
+                      "recipe's folders, so no path")
     description: str = ""
     launch: str = Field("", description="how to launch it, shown by `posttrain list`")
     eval: EvalSpec | None = Field(default_factory=EvalSpec)
@@ -111,30 +115,14 @@ def recipe_path(ref: str) -> Path:
 # ---------------------------------------------------------------- YAML with line numbers
 
 def _read_yaml(path: Path) -> tuple[dict, dict[tuple, str]]:
-    """(data, {path tuple: "file:line"}) for a YAML mapping, loaded with safe_load."""
-    text = path.read_text()
-    path = _display(path)
+    """(data, {path tuple: "file:line"}) for a YAML mapping, read as untrusted input (yaml_files)."""
+    shown = _display(path)
     try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise RecipeError([f"{path}{line}: invalid YAML: {getattr(e, 'problem', e)}"]) from None
+        data, where = yaml_files.load(path, shown)
+    except yaml_files.YAMLRefused as e:
+        raise RecipeError(str(e).splitlines()) from None
     if not isinstance(data, dict):
-        raise RecipeError([f"{path}: top level must be a mapping"])
-    where: dict[tuple, str] = {}
-
-    def walk(n, loc):
-        where[loc] = f"{path}:{n.start_mark.line + 1}"
-        if isinstance(n, yaml.MappingNode):
-            for k, v in n.value:
-                walk(v, loc + (k.value,))
-                where[loc + (k.value,)] = f"{path}:{k.start_mark.line + 1}"
-        elif isinstance(n, yaml.SequenceNode):
-            for i, v in enumerate(n.value):
-                walk(v, loc + (i,))
-    walk(node, ())
+        raise RecipeError([f"{shown}: top level must be a mapping"])
     return data, where
 
 
@@ -194,9 +182,10 @@ def _apply_overrides(data: dict, where: dict, overrides: list[str]) -> list[str]
         key, raw = item.split("=", 1)
         keys: list = key.strip().split(".")
         try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
+            value = yaml_files.load_value(raw, f"--set {key}")
+        except yaml_files.YAMLRefused as e:
+            errors.append(str(e))
+            continue
         if keys[0] == "stages":
             if len(keys) < 3 or keys[1] not in names:
                 errors.append(f"--set {key}: use stages.<name>.<field>; stages are {', '.join(map(str, names))}")
@@ -344,6 +333,8 @@ def deepspeed_config_path(name: str) -> Path:
 
 
 def load_profile(name: str) -> tuple[Profile, dict, Path]:
+    if name not in list_profiles():  # a name, never a path: `--profile ../smoke` must not read a recipe
+        raise RecipeError([f"profile {name!r} not found; profiles: {', '.join(list_profiles())}"])
     path = PROFILES_DIR / f"{name}.yaml"
     if not path.exists():
         raise RecipeError([f"profile {name!r} not found; profiles: {', '.join(list_profiles())}"])

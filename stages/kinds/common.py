@@ -190,7 +190,8 @@ def field_loc(path: str) -> tuple:
 
 class TrainingKnobs(Strict):
     """The optimisation fields every trainer-backed stage shares."""
-    max_steps: int = Field(100, ge=1)
+    max_steps: int = Field(100, ge=1, le=10_000_000, description="optimizer steps (at most 10 million: a bigger "
+                           "number is a typo, not a plan)")
     learning_rate: float = Field(1e-5, gt=0)
     lr_scheduler: str = "cosine"
     warmup_ratio: float = Field(0.0, ge=0, lt=1)

@@ -4,6 +4,8 @@ server beside the trainer. A plain config; `pipeline.launcher` and `pipeline.nod
 from __future__ import annotations
 
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Literal
 
@@ -12,8 +14,32 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 HOST_LINE = re.compile(r"^\s*(?P<host>[^\s#]+)\s+slots=(?P<slots>\d+)\s*(#.*)?$")
 
 
+def _numeric(annotation) -> bool:
+    """Whether a field takes a number (int or float, optional or not) and not a bool."""
+    if annotation in (int, float):
+        return True
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _numeric(args[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return bool not in args and any(_numeric(a) for a in args)
+    return False
+
+
 class Strict(BaseModel):
+    """Every config: unknown fields refused, and no `true` where a number belongs (pydantic would
+    read `max_steps: true` as 1)."""
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_for_numbers(cls, value):
+        if isinstance(value, dict):
+            for name, field in cls.model_fields.items():
+                given = value.get(field.alias or name, value.get(name))
+                if isinstance(given, bool) and _numeric(field.annotation):
+                    raise ValueError(f"{field.alias or name} is a number, not {str(given).lower()}")
+        return value
 
 
 class RolloutServer(Strict):

@@ -1,0 +1,110 @@
+"""Reading recipe and profile YAML as untrusted input, before any of it is believed.
+
+A recipe is a file someone hands you. Before a byte of it is parsed it must be a regular file (not a
+directory, a FIFO that blocks forever, or /dev/zero that never ends) under MAX_BYTES, and UTF-8.
+It is then scanned event by event, which costs time linear in its size, and refused when it uses
+more than MAX_ALIASES aliases (an alias bomb is small on disk and exponential once expanded by
+anything that walks it) or nests deeper than MAX_DEPTH (5,000 levels overflow the composer's
+recursion). Only then is it composed and loaded with `safe_load`. Duplicate keys, which YAML
+silently resolves to the last value, are refused naming both lines. Every refusal is a RecipeError
+naming the file (and line).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import yaml
+
+MAX_BYTES = 1 << 20
+MAX_ALIASES = 64
+MAX_DEPTH = 64
+
+
+class YAMLRefused(ValueError):
+    """The file cannot be read as a recipe; the message names it (and the line)."""
+
+
+def read_text(path: Path, shown: Path) -> str:
+    try:
+        info = os.stat(path)
+    except OSError as e:
+        raise YAMLRefused(f"{shown}: cannot read it: {e.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
+                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a file")
+        raise YAMLRefused(f"{shown}: is {kind}, not a regular file")
+    if info.st_size > MAX_BYTES:
+        raise YAMLRefused(f"{shown}: {info.st_size} bytes; a recipe is at most {MAX_BYTES} bytes")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise YAMLRefused(f"{shown}: more than {MAX_BYTES} bytes; a recipe is at most that")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise YAMLRefused(f"{shown}:{line}: not UTF-8 text (byte {e.start}: {raw[e.start:e.start + 1]!r})") from None
+
+
+def check_events(text: str, shown: Path) -> None:
+    """Refuse too many aliases or too deep a nesting, in one linear pass over the parser's events."""
+    aliases, depth = 0, 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise YAMLRefused(f"{shown}:{event.start_mark.line + 1}: more than {MAX_ALIASES} aliases; "
+                                  "a recipe has no use for that many (an alias bomb?)")
+        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise YAMLRefused(f"{shown}:{event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def load_value(raw: str, shown: str):
+    """A `--set key=value` value: YAML when it parses (checked like a file), else the string itself."""
+    try:
+        check_events(raw, shown)
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def load(path: Path, shown: Path) -> tuple[object, dict[tuple, str]]:
+    """(data, {path tuple: "file:line"}) of a YAML file, checked as the module docstring says."""
+    text = read_text(path, shown)
+    try:
+        check_events(text, shown)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise YAMLRefused(f"{shown}{line}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    where: dict[tuple, str] = {}
+    duplicates: list[str] = []
+
+    def walk(n, loc):
+        where[loc] = f"{shown}:{n.start_mark.line + 1}"
+        if isinstance(n, yaml.MappingNode):
+            seen: dict = {}
+            for k, v in n.value:
+                if k.value in seen:
+                    duplicates.append(f"{shown}:{k.start_mark.line + 1}: key {k.value!r} is given twice (first "
+                                      f"at line {seen[k.value]}); YAML would keep only the last silently")
+                seen.setdefault(k.value, k.start_mark.line + 1)
+                walk(v, loc + (k.value,))
+                where[loc + (k.value,)] = f"{shown}:{k.start_mark.line + 1}"
+        elif isinstance(n, yaml.SequenceNode):
+            for i, v in enumerate(n.value):
+                walk(v, loc + (i,))
+    if node is not None:
+        walk(node, ())
+    if duplicates:
+        raise YAMLRefused("\n".join(duplicates))
+    return data, where

@@ -1,0 +1,73 @@
+"""Hostile and odd input, table-driven: each case is refused at validation, quickly, with exit 2 and a
+message naming the file (and line or YAML path), before any compute is spent."""
+
+import os
+import time
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+SMOKE = (REPO / "recipes" / "smoke.yaml").read_text()
+
+
+def bomb() -> str:
+    lines, prev = ['a: &a ["x","x","x","x","x","x","x","x","x"]'], "a"
+    for name in "bcdefghij":
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+        prev = name
+    return "\n".join(lines) + "\n"
+
+
+CASES = {  # name: (file content, or a callable making the path, expected message part)
+    "name_is_a_path": (SMOKE.replace("name: smoke", "name: ../../escape"), "name: String should match pattern"),
+    "name_with_a_slash": (SMOKE.replace("name: smoke", "name: a/b"), "name: String should match pattern"),
+    "empty_name": (SMOKE.replace("name: smoke", 'name: ""'), "name: String should match pattern"),
+    "alias_bomb": (bomb(), "aliases; a recipe has no use for that many"),
+    "deep_nesting": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 64 levels deep"),
+    "duplicate_keys": (SMOKE.replace("name: smoke", "name: smoke\nname: other"), "key 'name' is given twice (first at line"),
+    "bool_for_a_number": (SMOKE.replace("max_steps: 100", "max_steps: true"), "max_steps is a number, not true"),
+    "absurd_step_count": (SMOKE.replace("max_steps: 100", "max_steps: 1.0e+12"),
+                          "max_steps: Input should be less than or equal to 10000000"),
+    "binary_file": (b"name: \xff\xfe\x00 smoke\n", "not UTF-8 text (byte"),
+    "too_big": ("# " + "x" * (1 << 20) + "\n" + SMOKE, "a recipe is at most 1048576 bytes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_hostile_recipe_files_are_refused_fast_naming_the_file(case, tmp_path):
+    content, message = CASES[case]
+    path = tmp_path / f"{case}.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    started = time.monotonic()
+    done = run_cli("validate", str(path), "--profile", "tiny", timeout=120)
+    assert done.returncode == 2, (done.stdout, done.stderr[-2000:])
+    assert message in done.stderr and f"{case}.yaml" in done.stderr, done.stderr[-2000:]
+    assert time.monotonic() - started < 30  # refused before any work: the bomb used to grow until MemoryError
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
+def test_what_is_not_a_regular_file_is_refused_without_reading_it(kind, tmp_path):
+    path = {"device": lambda: "/dev/zero"}.get(kind, lambda: str(tmp_path / "x.yaml"))()
+    if kind == "directory":
+        os.mkdir(path)
+    elif kind == "fifo":
+        os.mkfifo(path)  # reading it would block forever
+    done = run_cli("validate", path, "--profile", "tiny", timeout=60)
+    assert done.returncode == 2 and "not a regular file" in done.stderr and path in done.stderr, done.stderr[-2000:]
+
+
+def test_a_profile_is_a_name_never_a_path():
+    done = run_cli("validate", "smoke", "--profile", "../smoke", timeout=120)
+    assert done.returncode == 2 and "profile '../smoke' not found; profiles: demo, gpu, tiny" in done.stderr
+
+
+def test_set_values_are_checked_like_files():
+    value = "[" + ",".join(["&a [1]"] + ["*a"] * 80) + "]"
+    done = run_cli("validate", "smoke", "--profile", "tiny", "--set", f"stages.polish.max_steps={value}", timeout=120)
+    assert done.returncode == 2 and "--set stages.polish.max_steps" in done.stderr and "aliases" in done.stderr
+
+
+def test_gc_refuses_a_negative_count():
+    done = run_cli("gc", "--keep-runs", "-1", "--dry-run", timeout=60)
+    assert done.returncode == 2 and "'-1' is not a whole number of 0 or more" in done.stderr
