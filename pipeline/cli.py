@@ -103,6 +103,23 @@ def count(text: str) -> int:
     return int(text)
 
 
+def cmd_verify(args) -> int:
+    """Check published stage outputs against the checksums recorded when they were published."""
+    from pipeline import runs
+    from pipeline.verify import corrupt_files, published_dirs, verify_stages
+
+    if args.run:
+        stages = runs.find(args.run)["stages"]
+        problems, checked = verify_stages(stages), sum(1 for s in stages if s.get("output_dir"))
+    else:
+        dirs = published_dirs()
+        problems, checked = [bad for d in dirs for bad in corrupt_files(d)], len(dirs)
+    for line in problems:
+        print(f"corrupt: {line}")
+    print(f"{checked} published stage outputs checked, {len(problems)} problems", file=sys.stderr)
+    return 1 if problems else 0
+
+
 def cmd_gc(args) -> int:
     from pipeline.gc import collect
 
@@ -142,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--keep-runs", type=count, default=5, help="keep the outputs of the newest N runs (default 5)")
     sp.add_argument("--dry-run", action="store_true", help="only print what would go")
     sp.set_defaults(fn=cmd_gc)
+    sp = sub.add_parser("verify", help="check published stage outputs against their recorded checksums")
+    sp.add_argument("run", nargs="?", default=None, help="a run id (or latest); default: every output in the home")
+    sp.set_defaults(fn=cmd_verify)
     sp = sub.add_parser("ui", help="start the Prefect and MLflow UIs on localhost")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--prefect-port", type=int, default=4200)

@@ -45,6 +45,7 @@ from pipeline.recipe import (
     list_recipes,
     load_recipe,
 )
+from pipeline.verify import corrupt_files, quarantine, write_manifest
 from stages.core.files import dir_fingerprint, write_json_atomic
 from stages.kinds.contracts import Lineage, StageOutput, StagePlan, StageResult, WorkerSpec
 from stages.kinds.launch import launch_key
@@ -173,6 +174,7 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
                              fingerprints={o: dir_fingerprint(partial / rel) for o, rel in output.outputs.items()})
         shutil.rmtree(partial / "checkpoints", ignore_errors=True)  # the final model supersedes them
         write_json_atomic(partial / "result.json", result.model_dump())
+        write_manifest(partial, output.outputs)  # checked whenever the output is taken again (pipeline.verify)
         publish_dir(partial, final)
     except BaseException:
         tracking.end_run(child, ok=False)
@@ -204,6 +206,18 @@ def _file_model(resolved: ResolvedRecipe, stage, final: bool, result: StageResul
             "posttrain.stage": stage.name, "posttrain.git_commit": tracking.git_commit()}
     entry["registry"] = {"name": name, "version": model_store.register(model_id, name, child, tags),
                          "alias": model_store.CANDIDATE}
+
+
+def _execute(stage, plan: StagePlan, parent: str, entry: dict):
+    """Run (or take from the cache) one stage; the run record says how long it took and why it failed."""
+    done_before = (Path(plan.output_dir) / "result.json").exists()
+    state = execute_stage.with_options(name=f"{stage.name} ({stage.kind})", refresh_cache=not done_before)(
+        plan.cache_key, plan, parent, return_state=True)
+    entry["duration_s"] = time.time() - entry["started"]
+    if state.is_failed():
+        entry.update(status="failed", error=str(state.message)[-2000:])
+        state.result()  # raises the stage's error
+    return state
 
 
 def _record_cached(parent_id: str, plan: StagePlan, result: StageResult) -> str:
@@ -256,15 +270,14 @@ def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[s
             entry.update(status="running", started=time.time())
             runs.save(record)
             plan = plan_stage(resolved, stage, upstream)
-            done_before = (Path(plan.output_dir) / "result.json").exists()
-            state = execute_stage.with_options(
-                name=f"{stage.name} ({stage.kind})", refresh_cache=not done_before,
-            )(plan.cache_key, plan, parent, return_state=True)
-            entry["duration_s"] = time.time() - entry["started"]
-            if state.is_failed():
-                entry.update(status="failed", error=str(state.message)[-2000:])
-                state.result()  # raises the stage's error
+            state = _execute(stage, plan, parent, entry)
             result = StageResult.model_validate(state.result())
+            if state.name == "Cached" or result.reused:
+                if bad := corrupt_files(Path(result.output_dir)):  # never serve or train on flipped bytes
+                    logger.warning("stage %s: its published output is corrupt, so it is trained again "
+                                   "(moved aside to %s): %s", stage.name, quarantine(Path(result.output_dir)), bad)
+                    state = _execute(stage, plan, parent, entry)
+                    result = StageResult.model_validate(state.result())
             cached = state.name == "Cached"
             reused = cached or result.reused  # served from a published directory, not trained by this run
             child = _record_cached(parent, plan, result) if reused else result.mlflow_run_id

@@ -71,3 +71,40 @@ def test_set_values_are_checked_like_files():
 def test_gc_refuses_a_negative_count():
     done = run_cli("gc", "--keep-runs", "-1", "--dry-run", timeout=60)
     assert done.returncode == 2 and "'-1' is not a whole number of 0 or more" in done.stderr
+
+
+def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
+    from stages.core.files import write_json_atomic
+
+    path = tmp_path / "record.json"
+    write_json_atomic(path, {"status": "running"})
+    loop: dict = {}
+    loop["self"] = loop  # not JSON: the dump fails midway
+    with pytest.raises(ValueError, match="Circular reference"):
+        write_json_atomic(path, loop)
+    assert path.read_text() == '{\n  "status": "running"\n}' and sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]
+
+
+def test_a_corrupt_published_output_is_trained_again_not_served(tmp_path, tiny_model):
+    """Flipped bytes in a finished stage's weights: `posttrain verify` names the file, and the rerun
+    trains that stage again (the one before it still comes from the cache)."""
+    import json
+
+    quick = ["--set", "stages.cold_start.max_steps=3", "--set", "stages.polish.max_steps=3", "--set", "eval=null"]
+    home = tmp_path / "home"
+    assert run_cli("run", "smoke", "--profile", "tiny", *quick, env_home=home).returncode == 0
+    weights = next((home / "stages" / "smoke").glob("polish-*/model/model.safetensors"))
+    with open(weights, "r+b") as f:
+        f.seek(weights.stat().st_size // 2)
+        chunk = f.read(64)
+        f.seek(weights.stat().st_size // 2)
+        f.write(bytes(b ^ 0xFF for b in chunk))
+    checked = run_cli("verify", "latest", env_home=home)
+    assert checked.returncode == 1 and f"{weights} (sha256 differs" in checked.stdout, checked.stdout + checked.stderr
+    again = run_cli("run", "smoke", "--profile", "tiny", *quick, env_home=home)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "its published output is corrupt, so it is trained again" in again.stdout + again.stderr
+    stages = {s["name"]: s for s in json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)["stages"]}
+    assert stages["cold_start"]["cached"] and not (stages["polish"]["cached"] or stages["polish"]["reused"])
+    assert run_cli("verify", env_home=home).returncode == 0
+    assert list((home / "stages" / "smoke").glob("polish-*.corrupt-*"))  # kept aside, not deleted

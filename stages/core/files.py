@@ -11,13 +11,19 @@ from pathlib import Path
 
 
 def write_json_atomic(path: Path, data) -> None:
+    """Write `data` as JSON to a temporary file beside `path`, then rename it into place. A write that
+    fails (a full disk, data that is not JSON) leaves `path` as it was and removes its temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

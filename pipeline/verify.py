@@ -1,0 +1,73 @@
+"""Published stage outputs are checked before they are trusted again.
+
+A stage publishes its outputs with `checksums.json`: the sha256 of every file under each output (the
+model's weights, config and tokenizer; a dataset's JSONL). Whenever a run takes a published stage
+instead of training it (served from the cache, or reused from another run's directory), the files
+are hashed again and compared, so flipped bytes are never trained on, served or loaded by a later
+stage. A corrupt output is moved aside (`<dir>.corrupt-<time>`), named in a warning, and the stage
+is trained again. `posttrain verify [RUN]` checks every published output of a run, or of the home.
+Cost: one read of each file per use (see benchmarks/RESULTS.md for the demo model).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pipeline.home import home
+from stages.core.files import sha256_file, write_json_atomic
+
+MANIFEST = "checksums.json"
+
+
+def _files(root: Path, rel: str) -> list[Path]:
+    path = root / rel
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+
+
+def write_manifest(out_dir: Path, outputs: dict[str, str]) -> None:
+    """Record the sha256 of every file of every output (before the directory is published)."""
+    sums = {str(f.relative_to(out_dir)): sha256_file(f) for rel in outputs.values() for f in _files(out_dir, rel)}
+    write_json_atomic(out_dir / MANIFEST, sums)
+
+
+def corrupt_files(out_dir: Path) -> list[str]:
+    """The files of a published output that are missing or differ from its manifest (none when the
+    directory predates manifests: nothing to compare with)."""
+    import json
+
+    manifest = out_dir / MANIFEST
+    if not manifest.exists():
+        return []
+    bad = []
+    for rel, digest in json.loads(manifest.read_text()).items():
+        path = out_dir / rel
+        if not path.is_file():
+            bad.append(f"{path} (missing)")
+        elif sha256_file(path) != digest:
+            bad.append(f"{path} (sha256 differs from the one recorded when it was published)")
+    return bad
+
+
+def quarantine(out_dir: Path) -> Path:
+    """Move a corrupt published directory aside, so the stage is trained again."""
+    aside = out_dir.with_name(f"{out_dir.name}.corrupt-{int(time.time())}")
+    out_dir.rename(aside)
+    return aside
+
+
+def verify_stages(stages: list[dict]) -> list[str]:
+    """Problems found in the published outputs of these run-record stages."""
+    problems = []
+    for s in stages:
+        out = Path(s["output_dir"]) if s.get("output_dir") else None
+        if out is None or not (out / "result.json").exists():
+            continue
+        problems += [f"stage {s['name']}: {bad}" for bad in corrupt_files(out)]
+    return problems
+
+
+def published_dirs() -> list[Path]:
+    """Every published stage directory of the home (not partial ones, not those moved aside)."""
+    return sorted(p.parent for p in (home() / "stages").glob("*/*/result.json")
+                  if ".corrupt-" not in p.parent.name and not p.parent.name.endswith(".partial"))
