@@ -52,6 +52,9 @@ def cmd_run(args) -> int:
         with quiet:
             run_recipe.with_options(validate_parameters=False)(args.recipe, args.profile, args.set, run_id=run_id)
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: the stage's worker was stopped, its checkpoints kept; a rerun resumes
+        print(f"\nrun {run_id} interrupted; `posttrain run` again resumes it", file=sys.stderr)
+        return 130
     except Exception as e:  # the stage error (with its worker log tail) was logged by Prefect
         print(f"\nrun {run_id} failed: {e}", file=sys.stderr)
         return 1

@@ -28,6 +28,7 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
+from prefect.exceptions import ExternalSignal
 
 from data_curation.sources import source_fingerprint
 from pipeline import model_store, runs, tracking
@@ -309,8 +310,14 @@ def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[s
                 entry["registry"]["alias"] = model_store.CHAMPION
                 runs.save(record)
         record["status"] = "completed"
-    except BaseException:
-        record["status"] = "failed"
+    except BaseException as e:
+        # Ctrl-C (KeyboardInterrupt) and a cancel (SIGTERM: SystemExit 143, or Prefect's own
+        # TerminationSignal) interrupt the run; a stage still marked running says so too
+        stopped = isinstance(e, (KeyboardInterrupt, SystemExit, ExternalSignal))
+        record["status"] = "interrupted" if stopped else "failed"
+        for s in record["stages"]:
+            if s.get("status") == "running":
+                s["status"] = "interrupted" if stopped else "failed"
         raise
     finally:
         record["finished"] = time.time()

@@ -75,7 +75,10 @@ def start_temporary_server() -> tuple[str, subprocess.Popen]:
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", str(prefect_dir.parent),
                              "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
                              "--port", str(port), "--log-level", "error", "--lifespan", "on"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
+                            # its own session: a terminal's Ctrl-C (SIGINT to the foreground group) must
+                            # not take the API away from the run it interrupts; PDEATHSIG still ends it
+                            start_new_session=True)
     atexit.register(_stop, proc)
     return api_url, proc
 
