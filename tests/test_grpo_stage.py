@@ -182,11 +182,14 @@ def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path, monkey
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "torch_extensions"))
     (Path(_get_build_directory("deepspeed_shm_comm", verbose=False)) / "lock").touch()
     # format_tags gives partial credit, so the random tiny model earns some reward in some groups:
-    # ranks refill at different rates and the collective rounds are really exercised
+    # ranks refill at different rates and the collective rounds are really exercised. The groups are
+    # filtered by total reward here (DAPO's own default filters by accuracy, which a random model
+    # never has, so no group would ever count as informative)
     rewards = ("[{name: accuracy_math, params: {answer_tags: true}}, {name: format_think, params: {answer_tags: true}}, "
                "{name: format_tags, params: {answer_tags: true}}]")
     proc = run_cli("run", "r1_zero", "--profile", "tiny", "--set", "stages.zero_rl.launcher={mode: deepspeed, ranks: 2}",
                    "--set", "stages.zero_rl.loss=dapo", "--set", "stages.zero_rl.sampler=prioritized",
+                   "--set", "stages.zero_rl.dynamic_sampling_by=reward",
                    "--set", f"stages.zero_rl.rewards={rewards}", "--set", "eval=null",
                    "--set", "stages.zero_rl.max_steps=3", env_home=home, timeout=420)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
