@@ -11,6 +11,7 @@ Cost: one read of each file per use (see benchmarks/RESULTS.md for the demo mode
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -34,8 +35,6 @@ def write_manifest(out_dir: Path, outputs: dict[str, str]) -> None:
 def corrupt_files(out_dir: Path) -> list[str]:
     """The files of a published output that are missing or differ from its manifest (none when the
     directory predates manifests: nothing to compare with)."""
-    import json
-
     manifest = out_dir / MANIFEST
     if not manifest.exists():
         return []
