@@ -192,6 +192,8 @@ def test_qwen3_launched_from_the_deployment_form_completes_and_links_each_stage_
     page.goto(f"{base}/runs/flow-run/{flow_run}")
     page.get_by_text("Artifacts", exact=True).click()
     page.get_by_text("mlflow-stages", exact=True).click()
+    # MLflow renders only the columns in view (metrics first, then tags): wide enough for all of posttrain's
+    page.set_viewport_size({"width": 2200, "height": 1000})
     page.goto(page.get_by_role("link", name="MLflow: the stages of this run side by side").get_attribute("href"))
     for column in ("eval/accuracy", "eval/accuracy_lo", "eval/accuracy_hi", "change/eval/accuracy", "eval/format_rate",
                    "posttrain.stage_kind"):

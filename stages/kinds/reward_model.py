@@ -109,12 +109,12 @@ def run(cfg: RewardModelConfig, ctx) -> StageOutput:
     trainer.train(resume_from_checkpoint=resume)
     out = ctx.output_dir / "model"
     trainer.save_model(str(out))
-    (out / SCOPE_FILE).write_text(json.dumps({"scope": cfg.scope}))  # RewardModelScore checks it
     metrics = {**train_metrics(trainer, resume), "train/pairs": float(len(train)),
                "train/pairs_dropped_by_scope": float(dropped)}
     artifacts = []
-    if ctx.is_main:
+    if ctx.is_main:  # only rank 0 holds the saved model folder
         tokenizer.save_pretrained(out)
+        (out / SCOPE_FILE).write_text(json.dumps({"scope": cfg.scope}))  # RewardModelScore checks it
         held, margins = pairwise_accuracy(str(out), test, cfg.max_length)
         metrics.update(held)
         plot_histogram(margins, ctx.output_dir / "rm_margins.png", "score(chosen) - score(rejected)",
