@@ -21,10 +21,10 @@ from stages.rollouts import SamplingSpec, rollout
 NO_COT_INSTRUCTION = ("Answer with only the final answer in \\boxed{}, without any reasoning or explanation.")
 
 
-def _sample_and_score(model_dir: str, rows: list[dict], prompts: list, spec: SamplingSpec, backend: str,
-                      trust_remote_code: bool, **math_options) -> tuple[list[list[float | None]], dict]:
+def _sample_and_score(model_dir: str, rows: list[dict], prompts: list, spec: SamplingSpec, engine: str,
+                      precision: str, trust_remote_code: bool, **math_options) -> tuple[list[list[float | None]], dict]:
     started = time.perf_counter()
-    completions = rollout(model_dir, prompts, spec, backend, trust_remote_code, progress=True)
+    completions = rollout(model_dir, prompts, spec, engine, precision, trust_remote_code, progress=True)
     generated = time.perf_counter()
     flat_rows = [r for r in rows for _ in range(spec.n)]
     flat = score_rows(flat_rows, [c for cs in completions for c in cs], **math_options)
@@ -36,11 +36,12 @@ def _sample_and_score(model_dir: str, rows: list[dict], prompts: list, spec: Sam
 
 
 def difficulty_filter(model_dir: str, rows: list[dict], spec: SamplingSpec, low: float, high: float,
-                      template: str = "chat", backend: str = "hf", trust_remote_code: bool = False):
+                      template: str = "chat", engine: str = "auto", precision: str = "float32",
+                      trust_remote_code: bool = False):
     """(kept rows with pass_rate, removed rows with reason/evidence, timing, measured rates)."""
     judged = [r for r in rows if r["verifier"] != "none"]
     scores, timing = _sample_and_score(model_dir, judged, [render_prompt(template, r) for r in judged], spec,
-                                       backend, trust_remote_code)
+                                       engine, precision, trust_remote_code)
     kept, removed, rates = [r for r in rows if r["verifier"] == "none"], [], []
     for row, s in zip(judged, scores):
         values = [v for v in s if v is not None]
@@ -64,11 +65,11 @@ def no_cot_prompt(row: dict, instruction: str) -> list[dict]:
 
 
 def no_cot_filter(model_dir: str, rows: list[dict], spec: SamplingSpec, instruction: str = NO_COT_INSTRUCTION,
-                  backend: str = "hf", trust_remote_code: bool = False):
+                  engine: str = "auto", precision: str = "float32", trust_remote_code: bool = False):
     """(kept rows, removed rows with reason/evidence, timing)."""
     judged = [r for r in rows if r["verifier"] != "none"]
     scores, timing = _sample_and_score(model_dir, judged, [no_cot_prompt(r, instruction) for r in judged], spec,
-                                       backend, trust_remote_code, bare_answer=True)
+                                       engine, precision, trust_remote_code, bare_answer=True)
     kept, removed = [r for r in rows if r["verifier"] == "none"], []
     for row, s in zip(judged, scores):
         hits = sum(1 for v in s if v is not None and v >= 1.0)

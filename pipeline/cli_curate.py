@@ -10,6 +10,7 @@ from pathlib import Path
 from data_curation.sources import check_data_spec, load_rows
 from pipeline.cli_args import add_model_arguments, model_fields_from
 from pipeline.models import check_model_ref, resolve_model
+from stages.kinds.common import GenerationSpec
 from stages.kinds.curation import CURATION_CONFIGS, curate
 
 STEPS = {"decontaminate": "decontaminate", "dedup": "dedup", "difficulty-filter": "difficulty_filter",
@@ -29,6 +30,8 @@ def cmd_curate(args) -> int:
     kind = STEPS[args.step]
     model = CURATION_CONFIGS[kind]
     fields = {**model_fields_from(args, model), "name": "cli", "data": _spec(args.train)}
+    if "model" in model.model_fields:  # a sampling filter: --engine, --precision
+        fields["generation"] = model_fields_from(args, GenerationSpec)
     if kind == "decontaminate":
         fields["eval_sets"] = [_spec(e) for e in args.eval or []]
     cfg = model.model_validate(fields)
@@ -60,4 +63,6 @@ def add_parser(sub) -> None:
         if kind == "decontaminate":
             sp.add_argument("--eval", action="append", required=True, help="eval set (repeatable): source[:split] or file")
         add_model_arguments(sp, CURATION_CONFIGS[kind], skip=PIPELINE_ONLY)
+        if "model" in CURATION_CONFIGS[kind].model_fields:
+            add_model_arguments(sp, GenerationSpec, skip=set())
         sp.set_defaults(fn=cmd_curate)

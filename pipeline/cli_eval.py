@@ -23,7 +23,9 @@ import json
 import sys
 from pathlib import Path
 
+from pipeline.cli_args import add_model_arguments, model_fields_from
 from pipeline.home import home
+from stages.kinds.common import GenerationSpec
 
 EXPERIMENT = "eval"  # posttrain/eval in MLflow
 
@@ -161,7 +163,9 @@ def evaluate_models(args) -> dict | int:
         spec = EvalSpec.model_validate({
             "data": data_spec(args.data, args.n), "max_new_tokens": args.max_new_tokens, "samples": args.samples,
             "rewards": [parse_reward(r) for r in args.reward], "modes": args.mode, "budgets": args.budget,
-            "template": args.template})
+            "template": args.template, "generation": model_fields_from(args, GenerationSpec)})
+        if problems := spec.generation.problems():
+            raise ValueError("; ".join(msg for _, msg in problems))
         resolved = [(ref, *resolve(ref)) for ref in args.models]
         params = dict(spec.data.params)
         rows = load_rows(spec.data.source, spec.data.split, spec.data.n, spec.data.seed, params)
@@ -212,6 +216,7 @@ def add_parser(sub) -> None:
     sp.add_argument("--max-new-tokens", type=int, default=256)
     sp.add_argument("--template", default="chat", help="prompt template: chat, r1_zero or a {prompt} string")
     sp.add_argument("--trust-remote-code", action="store_true")
+    add_model_arguments(sp, GenerationSpec, skip=set())  # --engine, --precision
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
     sp.add_argument("--out", default=None, help="also write eval.json and per-prompt scores here")
     sp.set_defaults(fn=cmd_eval)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
+from pipeline.cli_args import add_model_arguments, model_fields_from
+from stages.kinds.common import GenerationSpec
+
 
 def cmd_models(args) -> int:
     from pipeline.models import NAMED_MODELS, model_status, models_dir
@@ -18,7 +21,7 @@ def cmd_models(args) -> int:
 
 def cmd_generate(args) -> int:
     from pipeline.models import check_model_ref, resolve_model
-    from stages.rollouts import SamplingSpec, generate_completions, load_for_generation
+    from stages.rollouts import SamplingSpec
 
     if msg := check_model_ref(args.model):
         print(msg, file=sys.stderr)
@@ -26,15 +29,20 @@ def cmd_generate(args) -> int:
     if args.thinking_budget is not None and args.thinking_budget < 0:
         print("--thinking-budget must be 0 or more tokens (0 = --no-think)", file=sys.stderr)
         return 2
+    generation = GenerationSpec(**model_fields_from(args, GenerationSpec))
+    if problems := generation.problems():
+        print(f"posttrain generate: {'; '.join(msg for _, msg in problems)}", file=sys.stderr)
+        return 2
     print(f"loading {args.model} (a named model is built once on first use)...", file=sys.stderr, flush=True)
-    model, tokenizer = load_for_generation(resolve_model(args.model), args.trust_remote_code)
+    engine = generation.open(resolve_model(args.model), args.trust_remote_code)
+    tokenizer = engine.tokenizer
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
         [{"role": "user", "content": args.prompt}]
     spec = SamplingSpec(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                         enable_thinking=not args.no_think, thinking_budget=args.thinking_budget,
                         answer_max_new_tokens=args.answer_max_new_tokens,
                         **({"stop_thinking": args.stop_thinking} if args.stop_thinking is not None else {}))
-    done = generate_completions(model, tokenizer, [messages], spec)[0][0]
+    done = engine.complete([messages], spec)[0][0]
     if not args.json:
         print(done.text)
         return 0
@@ -102,6 +110,7 @@ def add_parsers(sub) -> None:
     sp.add_argument("--max-new-tokens", type=int, default=128)
     sp.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     sp.add_argument("--seed", type=int, default=0)
+    add_model_arguments(sp, GenerationSpec, skip=set())  # --engine, --precision
     sp.add_argument("--no-think", action="store_true", help="no-think mode: the empty think block ends the prompt")
     sp.add_argument("--thinking-budget", type=int, default=None, metavar="N",
                     help="stop the thinking after N tokens, insert the stop-thinking string, then answer (0 = --no-think)")

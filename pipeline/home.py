@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 
 from stages.core.fingerprints import keep_import_scans_in
+from stages.rollouts.ct2 import keep_conversions_in
 
 
 def home() -> Path:
@@ -35,6 +36,7 @@ def configure_environment() -> None:
     root = home()
     root.mkdir(parents=True, exist_ok=True)
     keep_import_scans_in(root / "cache" / "imports")
+    keep_conversions_in(root / "cache" / "ct2")  # one generation-engine conversion per model
     os.environ.setdefault("PREFECT_HOME", str(root / "prefect"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
     # Stage results are what the cache stores; keep them with the rest of the state.

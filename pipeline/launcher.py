@@ -77,8 +77,9 @@ def run_worker(spec_path: Path, launch: LaunchSpec, log_path: Path, env: dict[st
 
     full_env = {**os.environ, **env}
     ranks = launch.ranks if launch.nodes is None else max(slots for _, slots in host_slots(launch))
-    if ranks > 1:  # share the cores between ranks instead of oversubscribing them
-        full_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // ranks)))
+    # An explicit thread budget for every worker: the cores shared between its ranks, never more
+    # threads than cores (torch, and the generation engines through it, read OMP_NUM_THREADS).
+    full_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // ranks)))
     with ExitStack() as stack:
         checks: list[Callable[[], str | None]] = []
         if launch.nodes is not None:

@@ -66,6 +66,8 @@ class Profile(Strict):
     stages: dict[str, dict] = Field(default_factory=dict, description="stage kind or name -> field overrides")
     eval: dict = Field(default_factory=dict)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="wins over the recipe's")
+    generation: dict = Field(default_factory=dict, description="engine and precision for every stage's sampling "
+                             "and the evaluation; a stage's own `generation` fields win")
 
 
 class RecipeError(Exception):
@@ -156,6 +158,11 @@ def _apply_profile(data: dict, where: dict, name: str, profile: Profile, profile
             break  # the recipe switched evaluation off (`eval: null`)
         data.setdefault("eval", {})[fname] = copy.deepcopy(value)
         where[("eval", fname)] = profile_where.get(("eval", fname), str(pfile))
+    if profile.generation:  # defaults under each stage's own and the evaluation's own settings
+        data.setdefault("eval", {})
+        for target in [s for s in stages if isinstance(s, dict)] + [e for e in [data["eval"]] if isinstance(e, dict)]:
+            own = target.get("generation") or {}
+            target["generation"] = {**profile.generation, **own} if isinstance(own, dict) else own
     for fname, value in profile.tracking.model_dump(exclude_none=True).items():
         data.setdefault("tracking", {})[fname] = value
         where[("tracking", fname)] = profile_where.get(("tracking", fname), str(pfile))
@@ -285,6 +292,8 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
             add(loc + ("launcher",) + rel, msg)
         for rel, msg in stage.semantic_errors():
             add(loc + rel, msg)
+        for rel, msg in stage.generation.problems():
+            add(loc + ("generation",) + rel, msg)
         if stage.gate is not None and not is_evaluated(recipe, stage):
             add(loc + ("gate",), "a gate compares held-out metrics, and this stage is not evaluated (no recipe "
                                  "`eval`, `evaluate: false`, or no model output that generates)")
@@ -292,6 +301,8 @@ def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
             add(loc + ("gate",), f"a {stage.kind} stage has no single input model to compare with")
         produced[stage.name] = stage.OUTPUTS
     if recipe.eval is not None:
+        for rel, msg in recipe.eval.generation.problems():
+            add(("eval", "generation") + rel, msg)
         reward_errors = check_reward_specs(recipe.eval.rewards, recipe.eval.max_new_tokens)
         for rel, msg in reward_errors or unearnable(recipe.eval.rewards, recipe.eval.template, recipe.eval.max_new_tokens):
             add(("eval", "rewards") + rel, msg)

@@ -24,6 +24,7 @@ KIND_TAG = "posttrain.kind"  # "pipeline" or "stage"
 RECIPE_TAG = "posttrain.recipe"
 STAGE_TAG = "posttrain.stage"
 STAGE_KIND_TAG = "posttrain.stage_kind"
+GENERATION_TAG = "posttrain.generation"  # the engines a stage sampled with: name, precision, threads
 UPSTREAM_TAG = "posttrain.upstream."
 CACHE_KEY_TAG = "posttrain.cache_key"
 CACHED_FROM_TAG = "posttrain.cached_from"

@@ -16,12 +16,15 @@ import time
 from pathlib import Path
 
 from pipeline import tracking
+from pipeline.home import home
 from pipeline.processes import die_with_parent
 from stages.core.files import write_json_atomic
 from stages.kinds.contracts import StageOutput, WorkerSpec
 from stages.kinds.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, evaluate, evaluate_once
 from stages.kinds.registry import STAGE_KINDS
 from stages.kinds.runtime import StageContext, baseline_cache, load_stage_rows
+from stages.rollouts.ct2 import keep_conversions_in
+from stages.rollouts.engines import opened
 
 
 def watch_flow(pid: int | None, every_s: float = 2.0) -> None:
@@ -72,6 +75,8 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
         if (ctx.output_dir / "budget_curve.png").exists():
             output.artifacts.append("budget_curve.png")
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
+    if engines := opened():  # what sampled, as it ran: `auto` resolved, precision, thread budget
+        output.tags[tracking.GENERATION_TAG] = "; ".join(engines)
     if output.tags.get(tracking.SANDBOX_TAG) == "unsandboxed":
         print("posttrain: WARNING: this stage ran model-written code without a sandbox (allow_unsandboxed)", flush=True)
     write_json_atomic(ctx.output_dir / "result.json", output.model_dump())
@@ -83,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = [a for a in argv if not a.startswith("--local_rank")]  # the DeepSpeed launcher adds it
     die_with_parent()
     spec = WorkerSpec.model_validate_json(Path(args[0]).read_text())
+    keep_conversions_in(home() / "cache" / "ct2")  # as configure_environment does in the flow's process
     # a follower node's ranks watch its `posttrain node` (the head's flow pid is on another machine)
     watch_flow(int(os.environ.get("POSTTRAIN_WATCH_PID") or spec.flow_pid or 0))
     if spec.deepspeed_config:

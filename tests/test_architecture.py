@@ -7,6 +7,7 @@ from pathlib import Path
 
 from stages.core import fingerprints
 from stages.core.fingerprints import code_fingerprint, module_closure
+from stages.kinds.common import GenerationSpec
 from stages.kinds.registry import SHARED_MODULES, STAGE_KINDS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,8 +95,12 @@ def test_curation_flags_come_from_the_config_models():
         one = argparse.ArgumentParser()
         add_model_arguments(one, model, skip=PIPELINE_ONLY)
         text = one.format_help()
+        if "model" in model.model_fields:  # a sampling filter: its generation settings
+            add_model_arguments(one, GenerationSpec, skip=set())
+            text = one.format_help()
+            assert "--engine" in text and "--precision" in text, kind
         for field in model.model_fields:
-            if field not in PIPELINE_ONLY | {"data", "eval_sets", "launcher"}:
+            if field not in PIPELINE_ONLY | {"data", "eval_sets", "launcher", "generation"}:
                 assert "--" + field.replace("_", "-") in text, (kind, field)
 
 

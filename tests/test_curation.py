@@ -130,7 +130,7 @@ def test_no_cot_filter_asks_for_a_bare_answer(tmp_path, tiny_model):
 @pytest.mark.parametrize("override,message", [
     ("stages.decontam.eval_sets=[{path: /no/such.jsonl}]",
      "stages[1].eval_sets[0].path: data file /no/such.jsonl does not exist"),
-    ("stages.difficulty.rollout=vllm", "stages[2].rollout: vLLM"),
+    ("stages.difficulty.generation.engine=vllm", "stages[2].generation: vLLM rollouts need"),
     ("stages.difficulty.low=0.6|stages.difficulty.high=0.5", "low (0.6) must be below high (0.5)"),
 ])
 def test_curation_configs_are_checked_before_anything_runs(override, message):

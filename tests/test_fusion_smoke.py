@@ -11,7 +11,8 @@ import pytest
 from data_curation.sources import load_rows
 from stages.core.thinking import EMPTY_THINK, STOP_THINKING, complies, flag_messages, response_only
 from stages.rewards.verifiers import score_rows
-from stages.rollouts import SamplingSpec, generate_completions, load_for_generation
+from stages.rollouts import SamplingSpec, open_engine
+from stages.rollouts.sampling import complete
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -27,10 +28,10 @@ def fusion_run(prefect_harness, tiny_model):
     return {s["name"]: s for s in result["stages"]}
 
 
-@pytest.fixture(scope="module")
-def fusion_model(fusion_run):
-    stage = fusion_run["fusion"]
-    return load_for_generation(str(Path(stage["output_dir"]) / "model"))
+@pytest.fixture(scope="module", params=["hf", "ct2"])
+def fusion_model(fusion_run, request):
+    """The fusion model in each generation engine: modes and budgets must work the same on all."""
+    return open_engine(str(Path(fusion_run["fusion"]["output_dir"]) / "model"), request.param)
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +43,8 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _greedy(model_and_tokenizer, prompts, **spec) -> list:
-    model, tokenizer = model_and_tokenizer
-    return [c[0] for c in generate_completions(model, tokenizer, prompts, SamplingSpec(**{"max_new_tokens": 96, **spec}))]
+def _greedy(engine, prompts, **spec) -> list:
+    return [c[0] for c in engine.complete(prompts, SamplingSpec(**{"max_new_tokens": 96, **spec}))]
 
 
 def test_rejection_sampling_keeps_only_verified_samples(fusion_run):
@@ -129,20 +129,25 @@ def test_budget_inserts_the_stop_string_once_and_only_when_hit(fusion_model, hel
     assert closed and same >= 0.9 * len(closed)  # a budget never reached changes nothing
 
 
-def test_a_budget_answers_in_a_batch_as_alone_when_pad_is_the_end_token(fusion_model, held_out):
+def test_a_budget_answers_in_a_batch_as_alone_when_pad_is_the_end_token(fusion_run, fusion_model, held_out):
     """SmolLM2's pad token is its end token. A row that closes its thinking before the others is
     padded with it while they go on; that padding is not an end of turn, so the row still answers,
     exactly as it does alone."""
     import copy
 
-    model, tokenizer = fusion_model
-    same_pad = copy.deepcopy(tokenizer)
+    from stages.rollouts.ct2 import ct2_sampler, load_ct2
+    from stages.rollouts.hf import hf_sampler, load_for_generation
+
+    model_dir = str(Path(fusion_run["fusion"]["output_dir"]) / "model")
+    same_pad = copy.deepcopy(fusion_model.tokenizer)
     same_pad.pad_token = same_pad.eos_token
     assert same_pad.pad_token_id == same_pad.eos_token_id
+    sample = (hf_sampler(load_for_generation(model_dir)[0], same_pad) if fusion_model.name == "hf" else
+              ct2_sampler(load_ct2(model_dir, "float32", 1), same_pad))
     prompts = [flag_messages(r["prompt"], "think") for r in held_out[:12]]
-    spec = {"thinking_budget": 90, "answer_max_new_tokens": 32}
-    batched = _greedy((model, same_pad), prompts, batch_size=12, **spec)
-    alone = [_greedy((model, same_pad), [p], batch_size=1, **spec)[0] for p in prompts]
+    spec = {"max_new_tokens": 96, "thinking_budget": 90, "answer_max_new_tokens": 32}
+    batched = [c[0] for c in complete(sample, same_pad, prompts, SamplingSpec(batch_size=12, **spec))]
+    alone = [complete(sample, same_pad, [p], SamplingSpec(batch_size=1, **spec))[0][0] for p in prompts]
     closed = [c for c in batched if not c.budget_hit]
     assert closed and len({c.thinking_tokens for c in closed}) > 1  # rows closed their thinking at different steps
     assert all(c.text.split("</think>", 1)[1].strip() for c in closed), [c.text for c in closed[:3]]
@@ -155,8 +160,7 @@ def test_budget_zero_is_the_no_think_mode(fusion_model, held_out):
     zero = [c.text for c in _greedy(fusion_model, prompts, thinking_budget=0)]
     no_think = [c.text for c in _greedy(fusion_model, prompts, enable_thinking=False)]
     assert zero == no_think
-    model, tokenizer = fusion_model
-    rendered = tokenizer.apply_chat_template(prompts[0], tokenize=False, add_generation_prompt=True,
+    rendered = fusion_model.tokenizer.apply_chat_template(prompts[0], tokenize=False, add_generation_prompt=True,
                                              enable_thinking=False)
     assert rendered.endswith(EMPTY_THINK)
 

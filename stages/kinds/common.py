@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from stages.kinds.launch import LaunchSpec, Strict
+from stages.rollouts import Engine, engine_problems, open_engine
 
 STAGE_NAME = r"^[a-z][a-z0-9_]*$"
 
@@ -98,6 +99,21 @@ class LoraSpec(Strict):
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
 
 
+class GenerationSpec(Strict):
+    """How a model samples (stages.rollouts.engines): `auto` is the fastest engine here for the
+    precision. Precision below float32 changes outputs: set it where benchmarks/bench_generation.py
+    shows held-out accuracy and rewards stay within float32's interval."""
+    engine: Literal["auto", "hf", "ct2", "vllm"] = "auto"
+    precision: Literal["float32", "bfloat16", "int8"] = Field(
+        "float32", description="bfloat16: HF (AMX) or vLLM; int8: CTranslate2 (weights int8, activations float32)")
+
+    def problems(self) -> list[tuple[tuple, str]]:
+        return [((), msg) for msg in engine_problems(self.engine, self.precision)]
+
+    def open(self, model_dir: str, trust_remote_code: bool = False) -> Engine:
+        return open_engine(model_dir, self.engine, self.precision, trust_remote_code)
+
+
 # Held-out metrics kept per prompt, so a change can be a paired comparison (pipeline.gates): the
 # metric, and its key in a stage's eval_scores.json.
 PAIRED_METRICS = {"eval/accuracy": "accuracy", "eval/format_rate": "format", "eval/completion_tokens_mean": "tokens"}
@@ -133,6 +149,8 @@ class StageBase(Strict):
     gate: GateSpec | None = Field(None, description="stop or warn when the held-out metric does not improve "
                                   "on the input model's (not part of the cache key)")
     # `register:` in YAML; named `registry` here because BaseModel's metaclass owns `register`.
+    generation: GenerationSpec = Field(default_factory=GenerationSpec, description="the engine and precision of "
+                                       "the stage's own sampling (filters, rejection and preference sampling, traces)")
     registry: str | bool | None = Field(
         None, alias="register", description="register the stage's model in the MLflow registry under this name (alias candidate; "
         "champion when its gate passes). Default: the recipe's final stage as posttrain-<recipe>; false: never")

@@ -21,9 +21,7 @@ from data_curation.trace_filter import trace_problem
 from stages.kinds.common import DataSpec, StageBase
 from stages.kinds.contracts import StageOutput
 from stages.kinds.runtime import load_stage_rows
-from stages.rollouts import SamplingSpec, vllm_unavailable
-
-Rollout = Literal["hf", "vllm"]
+from stages.rollouts import SamplingSpec
 
 
 class CurationBase(StageBase):
@@ -77,12 +75,8 @@ class SamplingFilterBase(CurationBase):
     top_p: float = Field(1.0, gt=0, le=1)
     batch_size: int = Field(16, ge=1)
     seed: int = 0
-    rollout: Rollout = "hf"
     trust_remote_code: bool = False
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("model",)
-
-    def semantic_errors(self) -> list[tuple[tuple, str]]:
-        return [(("rollout",), msg) for msg in vllm_unavailable()] if self.rollout == "vllm" else []
 
     def sampling(self, n: int):
         return SamplingSpec(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
@@ -152,9 +146,9 @@ def select_rows(cfg, rows: list[dict], model_dir: str | None, eval_rows: list[di
         return kept, removed, {}, None
     if cfg.kind == "difficulty_filter":
         return difficulty_filter(model_dir, rows, cfg.sampling(cfg.samples), cfg.low, cfg.high, cfg.template,
-                                 cfg.rollout, cfg.trust_remote_code)
-    kept, removed, extra = no_cot_filter(model_dir, rows, cfg.sampling(cfg.tries), cfg.instruction, cfg.rollout,
-                                         cfg.trust_remote_code)
+                                 cfg.generation.engine, cfg.generation.precision, cfg.trust_remote_code)
+    kept, removed, extra = no_cot_filter(model_dir, rows, cfg.sampling(cfg.tries), cfg.instruction,
+                                         cfg.generation.engine, cfg.generation.precision, cfg.trust_remote_code)
     return kept, removed, extra, None
 
 

@@ -27,7 +27,7 @@ from pydantic import Field
 
 from stages.core.files import write_json_atomic
 from stages.core.thinking import flag_messages
-from stages.kinds.common import DataSpec, StageBase, TrainingKnobs
+from stages.kinds.common import DataSpec, GenerationSpec, StageBase, TrainingKnobs
 from stages.kinds.contracts import StageOutput
 from stages.kinds.evaluate import EvalSpec, evaluate, evaluate_once
 from stages.kinds.runtime import (
@@ -41,7 +41,7 @@ from stages.kinds.runtime import (
 )
 from stages.kinds.sft import train_on_rows
 from stages.rewards.verifiers import score_rows
-from stages.rollouts import SamplingSpec, load_tokenizer, rollout_completions
+from stages.rollouts import SamplingSpec, load_tokenizer
 
 TRACES_FILE = "teacher_traces.json"
 
@@ -88,8 +88,7 @@ def teacher_traces(cfg: DistillConfig, teacher_dir: str, rows: list[dict]) -> tu
     pairs = mode_prompts(rows, cfg.thinking_modes)
     spec = SamplingSpec(max_new_tokens=cfg.teacher_max_new_tokens, temperature=cfg.teacher_temperature,
                         top_p=0.95 if cfg.teacher_temperature > 0 else 1.0, n=cfg.samples)
-    done = rollout_completions(teacher_dir, [p for _, p in pairs], spec, trust_remote_code=cfg.trust_remote_code,
-                               progress=True)
+    done = cfg.generation.open(teacher_dir, cfg.trust_remote_code).complete([p for _, p in pairs], spec, progress=True)
     flat = [(row, prompt, c) for (row, prompt), cs in zip(pairs, done) for c in cs]
     scores = score_rows([r for r, _, _ in flat], [c.text for _, _, c in flat], after_think=True) \
         if cfg.verify else [None] * len(flat)
@@ -133,13 +132,15 @@ def on_policy(cfg: DistillConfig, ctx, student_dir: str, teacher_dir: str, rows:
     return {**train_metrics(trainer, resume), "train/rows": float(len(messages))}
 
 
-def probe_sequences(teacher_dir: str, prompts: list[list[dict]], max_new_tokens: int) -> list[tuple[int, list[int]]]:
+def probe_sequences(teacher_dir: str, prompts: list[list[dict]], max_new_tokens: int,
+                    generation: GenerationSpec) -> list[tuple[int, list[int]]]:
     """(prompt length, prompt + greedy teacher response token ids) for each probe prompt, made once
     and scored against the student before and after training."""
-    from stages.rollouts import generate_completions, load_for_generation, render
+    from stages.rollouts import render
 
-    teacher, tokenizer = load_for_generation(teacher_dir)
-    responses = generate_completions(teacher, tokenizer, prompts, SamplingSpec(max_new_tokens=max_new_tokens))
+    teacher = generation.open(teacher_dir)
+    tokenizer = teacher.tokenizer
+    responses = teacher.complete(prompts, SamplingSpec(max_new_tokens=max_new_tokens))
     out = []
     for prompt, (done,) in zip(prompts, responses):
         prefix = tokenizer(render(tokenizer, prompt), add_special_tokens=False)["input_ids"]
@@ -175,7 +176,7 @@ def run(cfg: DistillConfig, ctx) -> StageOutput:
     probe = None
     if ctx.is_main and cfg.probe_prompts and ctx.spec.eval is not None:
         prompts = [r["prompt"] for r in load_stage_rows(ctx.input("eval_data"))][:cfg.probe_prompts]
-        probe = probe_sequences(teacher_dir, prompts, cfg.teacher_max_new_tokens)
+        probe = probe_sequences(teacher_dir, prompts, cfg.teacher_max_new_tokens, cfg.generation)
     kl_before = kl_to_teacher(student_dir, teacher_dir, probe) if probe else None
     if cfg.mode == "off_policy":
         traces, counts = stage_traces(cfg, ctx, teacher_dir, rows)

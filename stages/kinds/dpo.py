@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from stages.kinds.common import DataSpec, StageBase, TrainingKnobs
+from stages.kinds.common import DataSpec, GenerationSpec, StageBase, TrainingKnobs
 from stages.kinds.contracts import StageOutput
 from stages.kinds.reward_model import as_conversations
 from stages.kinds.runtime import (
@@ -24,7 +24,7 @@ from stages.kinds.runtime import (
     train_metrics,
     trainer_args,
 )
-from stages.rollouts import SamplingSpec, generate_completions, load_for_generation, load_tokenizer
+from stages.rollouts import SamplingSpec, load_tokenizer
 
 LossType = Literal["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down"]
 
@@ -47,10 +47,9 @@ class DPOConfig(StageBase, TrainingKnobs):
     PAIRS_FIELDS: ClassVar[tuple[str, ...]] = ("pairs",)
 
 
-def mean_response_tokens(model_dir: str, prompts: list[list[dict]], max_new_tokens: int,
+def mean_response_tokens(model_dir: str, prompts: list[list[dict]], max_new_tokens: int, generation: GenerationSpec,
                          trust_remote_code: bool = False) -> float:
-    model, tokenizer = load_for_generation(model_dir, trust_remote_code)
-    done = generate_completions(model, tokenizer, prompts, SamplingSpec(max_new_tokens=max_new_tokens))
+    done = generation.open(model_dir, trust_remote_code).complete(prompts, SamplingSpec(max_new_tokens=max_new_tokens))
     return sum(c[0].tokens for c in done) / max(1, len(done))
 
 
@@ -69,7 +68,7 @@ def run(cfg: DPOConfig, ctx) -> StageOutput:
         if key not in seen and len(probe) < cfg.length_probe:
             seen.add(key)
             probe.append(p["prompt"])
-    before = mean_response_tokens(model_dir, probe, cfg.length_probe_tokens, cfg.trust_remote_code) \
+    before = mean_response_tokens(model_dir, probe, cfg.length_probe_tokens, cfg.generation, cfg.trust_remote_code) \
         if probe and ctx.is_main else None
     tokenizer = load_tokenizer(model_dir, cfg.trust_remote_code)
     load = lambda p: AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32, trust_remote_code=cfg.trust_remote_code)
@@ -87,6 +86,6 @@ def run(cfg: DPOConfig, ctx) -> StageOutput:
     metrics.update({f"dpo/{k.replace('rewards/', 'reward_')}": float(v) for k, v in last.items()
                     if k.startswith("rewards/")})
     if before is not None:
-        after = mean_response_tokens(str(out), probe, cfg.length_probe_tokens, cfg.trust_remote_code)
+        after = mean_response_tokens(str(out), probe, cfg.length_probe_tokens, cfg.generation, cfg.trust_remote_code)
         metrics.update({"dpo/response_tokens_before": before, "dpo/response_tokens_after": after})
     return StageOutput(outputs={"model": "model"}, metrics=metrics)

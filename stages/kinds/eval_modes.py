@@ -23,7 +23,7 @@ from stages.core.stats import rate_interval
 from stages.core.text import split_thinking
 from stages.core.thinking import complies, flag_messages
 from stages.rewards.verifiers import score_rows
-from stages.rollouts import SamplingSpec, generate_completions
+from stages.rollouts import Engine, SamplingSpec
 
 CONSISTENT = 0.95
 
@@ -45,18 +45,18 @@ def _consistent(text: str, language: str) -> float | None:
     return None if share is None else float(share >= CONSISTENT)
 
 
-def mode_metrics(model, tokenizer, rows: list[dict], spec, modes: list[str]) -> dict[str, float]:
+def mode_metrics(engine: Engine, rows: list[dict], spec, modes: list[str]) -> dict[str, float]:
     out: dict[str, float] = {}
     for mode in modes:
         prompts = [flag_messages(r["prompt"], mode) for r in rows]
-        texts = [c[0].text for c in generate_completions(
-            model, tokenizer, prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size))]
+        texts = [c[0] for c in engine.texts(
+            prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size))]
         answers = [split_thinking(t)[1] for t in texts]
         prefix = f"eval/mode/{mode}/"
         with_interval(out, prefix + "accuracy", rate_interval(score_rows(rows, texts, **spec.answer_rules())))
         out[prefix + "mode_compliance"] = mean_defined([float(complies(t, mode)) for t in texts])
         out[prefix + "language_consistency"] = mean_defined([_consistent(t, r["language"]) for t, r in zip(texts, rows)])
-        out[prefix + "answer_tokens_mean"] = mean_defined([len(tokenizer(a, add_special_tokens=False)["input_ids"])
+        out[prefix + "answer_tokens_mean"] = mean_defined([len(engine.tokenizer(a, add_special_tokens=False)["input_ids"])
                                                     for a in answers])
     return out
 
@@ -65,18 +65,18 @@ def budget_label(budget: int | None) -> str:
     return "unlimited" if budget is None else str(budget)
 
 
-def budget_metrics(model, tokenizer, rows: list[dict], spec, budgets: list[int | None]) -> dict[str, float]:
+def budget_metrics(engine: Engine, rows: list[dict], spec, budgets: list[int | None]) -> dict[str, float]:
     out: dict[str, float] = {}
     for budget in budgets:
         sampling = SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
                                 thinking_budget=budget, answer_max_new_tokens=spec.answer_max_new_tokens,
                                 stop_thinking=spec.stop_thinking)
-        done = [c[0] for c in generate_completions(model, tokenizer, [r["prompt"] for r in rows], sampling)]
+        done = [c[0] for c in engine.complete([r["prompt"] for r in rows], sampling)]
         prefix = f"eval/budget/{budget_label(budget)}/"
         with_interval(out, prefix + "accuracy", rate_interval(score_rows(rows, [c.text for c in done],
                                                                           **spec.answer_rules())))
         thinking = [c.thinking_tokens if c.thinking_tokens is not None else
-                    len(tokenizer(split_thinking(c.text)[0] or "", add_special_tokens=False)["input_ids"])
+                    len(engine.tokenizer(split_thinking(c.text)[0] or "", add_special_tokens=False)["input_ids"])
                     for c in done]
         out[prefix + "thinking_tokens_mean"] = mean_defined(thinking)
         out[prefix + "truncated_share"] = mean_defined([float(c.budget_hit) for c in done])

@@ -25,11 +25,11 @@ from stages.core.stats import majority_correct, mean_interval, pass_at_k, rate_i
 from stages.core.templates import CHAT_TEMPLATES, check_template, render_prompt
 from stages.core.text import answer_region, extract_answer, is_well_formed, split_thinking
 from stages.core.thinking import STOP_THINKING
-from stages.kinds.common import DataSpec, RewardSpec, Strict
+from stages.kinds.common import DataSpec, GenerationSpec, RewardSpec, Strict
 from stages.kinds.eval_modes import budget_metrics, mean_defined, mode_metrics, plot_budget_curve, with_interval
 from stages.rewards import combined, get_reward, reward_counter_metrics, reward_stats
 from stages.rewards.verifiers import score_rows
-from stages.rollouts import SamplingSpec, generate, load_for_generation
+from stages.rollouts import SamplingSpec
 
 
 class EvalSpec(Strict):
@@ -49,6 +49,8 @@ class EvalSpec(Strict):
     answer_max_new_tokens: int | None = Field(None, ge=1, description="with budgets: tokens for the answer after "
                                               "the thinking; default max_new_tokens")
     stop_thinking: str = Field(STOP_THINKING, description="the string a budget inserts (Qwen's usage docs)")
+    generation: GenerationSpec = Field(default_factory=GenerationSpec, description="the engine and precision "
+                                       "every evaluated model samples with (one setting, so stages compare)")
 
     @field_validator("template")
     @classmethod
@@ -133,11 +135,11 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
              out_dir: Path | None = None) -> Evaluation:
     """Metrics with intervals, the sample table, and per-prompt scores; plots (budget_curve.png) go
     into `out_dir`."""
-    model, tokenizer = load_for_generation(model_dir, trust_remote_code)
+    engine = spec.generation.open(model_dir, trust_remote_code)
+    tokenizer = engine.tokenizer
     prompts = [render_prompt(spec.template, r) for r in rows]
-    greedy = [c[0] for c in generate(model, tokenizer, prompts,
-                                     SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size),
-                                     progress=True)]
+    greedy = [c[0] for c in engine.texts(prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens,
+                                                               batch_size=spec.batch_size), progress=True)]
     counters: dict[str, float] = {}
     scores = score_rows(rows, greedy, counters, **spec.answer_rules())
     formats = [1.0 if is_well_formed(c, answer_tags=spec.template == "r1_zero") else 0.0 for c in greedy]
@@ -154,15 +156,15 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     if spec.rewards:
         metrics.update(score_rewards(spec.rewards, rows, greedy, [token_ids(c) for c in greedy], spec.max_new_tokens))
     if spec.samples:
-        sampled = generate(model, tokenizer, prompts, SamplingSpec(
+        sampled = engine.texts(prompts, SamplingSpec(
             max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
             n=spec.samples, batch_size=max(1, spec.batch_size // spec.samples)), progress=True)
         metrics.update(sampled_metrics(rows, sampled, spec))
         metrics["eval/pass@1_sampled"] = metrics["eval/pass@1"]  # the name earlier runs logged
     if spec.modes:
-        metrics.update(mode_metrics(model, tokenizer, rows, spec, spec.modes))
+        metrics.update(mode_metrics(engine, rows, spec, spec.modes))
     if spec.budgets:
-        metrics.update(budget_metrics(model, tokenizer, rows, spec, spec.budgets))
+        metrics.update(budget_metrics(engine, rows, spec, spec.budgets))
         if out_dir is not None:
             plot_budget_curve(metrics, spec.budgets, spec.max_new_tokens, out_dir / "budget_curve.png")
     table = [{"id": r["id"], "prompt": r["prompt"][-1]["content"], "gold": r["answer"], "completion": c,

@@ -96,7 +96,8 @@ def run(cfg: PreferencePairsConfig, ctx) -> StageOutput:
         pairs = padded_pairs(rows, cfg.padding)
     else:
         done = rollout_completions(ctx.input("model"), [render_prompt(cfg.template, r) for r in rows],
-                                   cfg.sampling(cfg.n), cfg.rollout, cfg.trust_remote_code, progress=True)
+                                   cfg.sampling(cfg.n), cfg.generation.engine, cfg.generation.precision,
+                                   cfg.trust_remote_code, progress=True)
         flat = score_rows([r for r in rows for _ in range(cfg.n)], [c.text for cs in done for c in cs],
                           after_think=True)
         pairs = []

@@ -64,7 +64,7 @@ def sample_and_select(cfg: RejectionSampleConfig, model_dir: str, rows: list[dic
     by_length = sorted(range(len(rows)), key=lambda i: len(str(rows[i]["prompt"])))  # less padding per batch
     ordered = [rows[i] for i in by_length]
     done = rollout_completions(model_dir, [render_prompt(cfg.template, r) for r in ordered], cfg.sampling(cfg.n),
-                               cfg.rollout, cfg.trust_remote_code, progress=True)
+                               cfg.generation.engine, cfg.generation.precision, cfg.trust_remote_code, progress=True)
     generated = time.perf_counter()
     flat_rows = [r for r in ordered for _ in range(cfg.n)]
     scores = score_rows(flat_rows, [c.text for cs in done for c in cs], after_think=cfg.after_think)

@@ -1,0 +1,227 @@
+"""Generation speed on this machine, every candidate engine side by side in one run, against the
+machine's own limit, and what lower precision does to held-out results.
+
+    .venv/bin/python benchmarks/bench_generation.py [--model smollm2-135m-instruct] [--accuracy-prompts 200]
+
+1. The machine: memory bandwidth (a large tensor copy) and matmul FLOP/s (float32, bfloat16) measured
+   here, and what torch uses (CPU capability, oneDNN). A decode step must read the weights once, so
+   (weight bytes / bandwidth) is the floor per step at small batch and (2 x parameters x batch /
+   FLOP/s) at large batch; the limit in tokens/s is batch / max(both).
+2. Engines (SmolLM2 on the demo's held-out prompts, 80 new tokens as the demo's evaluation): HF
+   generate float32 (today's baseline) and bfloat16, HF with a static cache and torch.compile,
+   transformers' continuous batching (`generate_batch`), CTranslate2 float32 and int8; greedy at
+   batch 1 / 16 / 64 and sampled (4 per prompt) at batch 16. Tokens/s, ms per decode step, the
+   ratio to HF float32 at the same batch, and greedy outputs identical to HF float32's.
+3. Precision: HF float32 against each lower precision on `--accuracy-prompts` held-out prompts:
+   accuracy and format rate with 95% intervals and the paired change (the same prompts).
+4. GRPO: what refreshing CTranslate2 with the policy's weights would cost per step (save + convert),
+   next to the generation time it would save on one demo step (16 completions of 128 tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from data_curation.sources import load_rows
+from pipeline.home import configure_environment
+from pipeline.models import resolve_model
+from stages.core.stats import paired_change, rate_interval
+from stages.core.templates import render_prompt
+from stages.core.text import is_well_formed
+from stages.rewards.verifiers import score_rows
+from stages.rollouts import SamplingSpec, open_engine, render
+from stages.rollouts.engines import Engine
+from stages.rollouts.hf import hf_sampler, load_for_generation
+from stages.rollouts.sampling import complete
+
+
+def machine_limits(threads: int) -> dict[str, float]:
+    import torch
+
+    src = torch.ones(128 * 2**20)  # 512 MB: far beyond the caches
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    started = time.perf_counter()
+    for _ in range(5):
+        dst.copy_(src)
+    bandwidth = 5 * 2 * src.numel() * 4 / (time.perf_counter() - started)  # read + write
+    out = {"threads": threads, "bandwidth_GBps": bandwidth / 1e9, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+           "onednn": torch.backends.mkldnn.is_available()}
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.randn(2048, 2048, dtype=dtype)
+        a @ a
+        started = time.perf_counter()
+        for _ in range(5):
+            a @ a
+        out[f"matmul_GFLOPs_{str(dtype).split('.')[1]}"] = 5 * 2 * 2048**3 / (time.perf_counter() - started) / 1e9
+    return out
+
+
+def limit_tokens_per_s(params: int, weight_bytes: int, batch: int, machine: dict) -> float:
+    step = max(weight_bytes / (machine["bandwidth_GBps"] * 1e9), 2 * params * batch / (machine["matmul_GFLOPs_float32"] * 1e9))
+    return batch / step
+
+
+def compiled_engine(model_dir: str) -> Engine:
+    """HF with a static KV cache and torch.compile: a benchmark candidate, not a posttrain engine."""
+    import torch
+
+    model, tokenizer = load_for_generation(model_dir)
+    model.generation_config.cache_implementation = "static"
+    model.forward = torch.compile(model.forward, dynamic=False)
+    sample = hf_sampler(model, tokenizer)
+    return Engine("hf+static+compile", "float32", torch.get_num_threads(), tokenizer,
+                  lambda prompts, spec, progress: complete(sample, tokenizer, prompts, spec))
+
+
+def continuous_batching_tokens(model_dir: str, prompts: list, max_new_tokens: int) -> tuple[float, int]:
+    """transformers' continuous batching (`generate_batch`, paged attention): seconds, tokens."""
+    from transformers import GenerationConfig
+
+    model, tokenizer = load_for_generation(model_dir)
+    ids = [tokenizer(render(tokenizer, p), add_special_tokens=False)["input_ids"] for p in prompts]
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id)
+    started = time.perf_counter()
+    out = model.generate_batch(inputs=ids, generation_config=config)
+    return time.perf_counter() - started, sum(len(r.generated_tokens) for r in out.values())
+
+
+def timed(engine: Engine, prompts: list, spec: SamplingSpec) -> tuple[float, list]:
+    started = time.perf_counter()
+    done = engine.complete(prompts, spec)
+    return time.perf_counter() - started, done
+
+
+def speed_table(model_dir: str, prompts: list, machine: dict, params: int, args) -> dict[str, list]:
+    """tokens/s per engine and batch; returns each engine's greedy batch-16 texts for equality."""
+    candidates = [("hf", "float32"), ("hf", "bfloat16"), ("ct2", "float32"), ("ct2", "int8")]
+    greedy_texts: dict[str, list] = {}
+    base: dict[tuple, float] = {}
+    print(f"{'engine':22s} {'mode':12s} {'batch':>5s} {'tokens/s':>9s} {'ms/step':>8s} {'x HF f32':>8s} "
+          f"{'limit':>8s} {'same':>7s}")
+    engines = [(f"{e} {p}", lambda e=e, p=p: open_engine(model_dir, e, p)) for e, p in candidates]
+    if args.compile:
+        engines.insert(2, ("hf+static+compile", lambda: compiled_engine(model_dir)))
+    for label, make in engines:
+        try:
+            engine = make()
+            engine.complete(prompts[:2], SamplingSpec(max_new_tokens=8))  # warm-up (and compile)
+        except Exception as e:  # a candidate that does not run here is a result too
+            print(f"{label:22s} did not run: {type(e).__name__}: {str(e)[:160]}")
+            continue
+        runs = [("greedy", 1, prompts[:args.batch1_prompts], 1), ("greedy", 16, prompts, 1),
+                ("greedy", 64, prompts, 1), ("sampled x4", 16, prompts[:len(prompts) // 4], 4)]
+        for mode, batch, chosen, n in runs:
+            spec = SamplingSpec(max_new_tokens=args.max_new_tokens, batch_size=max(1, batch // n), n=n,
+                                temperature=0.7 if n > 1 else 0.0, top_p=0.95 if n > 1 else 1.0)
+            seconds, done = timed(engine, chosen, spec)
+            tokens = sum(c.tokens for cs in done for c in cs)
+            steps = sum(max(c.tokens for c in [x for cs in done[i:i + spec.batch_size] for x in cs])
+                        for i in range(0, len(done), spec.batch_size))
+            rate = tokens / seconds
+            key = (mode, batch)
+            if label == "hf float32":
+                base[key] = rate
+            same = ""
+            if mode == "greedy" and batch == 16:
+                greedy_texts[label] = [cs[0].text for cs in done]
+                ref = greedy_texts.get("hf float32")
+                same = f"{sum(a == b for a, b in zip(ref, greedy_texts[label]))}/{len(ref)}" if ref else ""
+            weight_bytes = params * (1 if "int8" in label else 2 if "bfloat16" in label else 4)
+            print(f"{label:22s} {mode:12s} {batch:5d} {rate:9.1f} {1e3 * seconds / max(1, steps):8.1f} "
+                  f"{rate / base[key] if key in base else float('nan'):8.2f} "
+                  f"{limit_tokens_per_s(params, weight_bytes, batch, machine):8.0f} {same:>7s}", flush=True)
+    if args.continuous_batching:
+        try:
+            seconds, tokens = continuous_batching_tokens(model_dir, prompts, args.max_new_tokens)
+            print(f"{'hf generate_batch':22s} {'greedy':12s} {'all':>5s} {tokens / seconds:9.1f}  "
+                  f"(continuous batching; x HF f32 batch 16: {tokens / seconds / base[('greedy', 16)]:.2f})")
+        except Exception as e:
+            print(f"{'hf generate_batch':22s} did not run: {type(e).__name__}: {str(e)[:200]}")
+    return greedy_texts
+
+
+def precision_table(model_dir: str, rows: list[dict], args) -> None:
+    prompts = [render_prompt("chat", r) for r in rows]
+    spec = SamplingSpec(max_new_tokens=args.max_new_tokens, batch_size=32)
+    scored = {}
+    for engine, precision in (("ct2", "float32"), ("ct2", "int8"), ("hf", "bfloat16")):
+        texts = [cs[0] for cs in open_engine(model_dir, engine, precision).texts(prompts, spec)]
+        scored[f"{engine} {precision}"] = (score_rows(rows, texts), [float(is_well_formed(t)) for t in texts])
+    print(f"\n{len(rows)} held-out prompts, greedy, {args.max_new_tokens} new tokens; ct2 float32 stands for "
+          "float32 (its greedy outputs equal HF float32's, table above)")
+    ref_acc, ref_fmt = scored["ct2 float32"]
+    for label, (acc, fmt) in scored.items():
+        a, f = rate_interval(acc), rate_interval(fmt)
+        line = (f"{label:14s} accuracy {a['mean']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}]"
+                f"  format {f['mean']:.3f} [{f['lo']:.3f}, {f['hi']:.3f}]")
+        if label != "ct2 float32":
+            da, df = paired_change(ref_acc, acc), paired_change(ref_fmt, fmt)
+            line += (f"  change: accuracy {da['delta']:+.3f} [{da['lo']:+.3f}, {da['hi']:+.3f}]"
+                     f" format {df['delta']:+.3f} [{df['lo']:+.3f}, {df['hi']:+.3f}]")
+        print(line)
+
+
+def grpo_refresh(model_dir: str, prompts: list, args) -> None:
+    """One demo GRPO step's generation (16 completions of 128 tokens) by HF float32 and CTranslate2
+    int8, and the cost of giving CTranslate2 new weights (save the policy, convert)."""
+    from stages.rollouts.ct2 import converted, keep_conversions_in
+
+    spec = SamplingSpec(max_new_tokens=128, temperature=1.0, n=4, batch_size=4)
+    chosen = prompts[:4]
+    hf_s, _ = timed(open_engine(model_dir, "hf", "float32"), chosen, spec)
+    ct_s, _ = timed(open_engine(model_dir, "ct2", "int8"), chosen, spec)
+    model, tokenizer = load_for_generation(model_dir)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-refresh-"))
+    try:
+        keep_conversions_in(scratch / "ct2")
+        started = time.perf_counter()
+        model.save_pretrained(scratch / "policy")
+        tokenizer.save_pretrained(scratch / "policy")
+        converted(str(scratch / "policy"))
+        refresh = time.perf_counter() - started
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"\nGRPO step generation (16 x 128 tokens, sampled): HF float32 {hf_s:.1f} s, CTranslate2 int8 {ct_s:.1f} s; "
+          f"weight refresh (save + convert) {refresh:.1f} s -> CTranslate2 step {ct_s + refresh:.1f} s "
+          f"({(ct_s + refresh) / hf_s:.2f}x HF)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--prompts", type=int, default=64, help="held-out prompts for the speed table")
+    ap.add_argument("--batch1-prompts", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=80)
+    ap.add_argument("--accuracy-prompts", type=int, default=200, help="0 = skip the precision table")
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--continuous-batching", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--grpo", action=argparse.BooleanOptionalAction, default=True)
+    args = ap.parse_args()
+    configure_environment()
+    import torch
+
+    model_dir = resolve_model(args.model)
+    machine = machine_limits(torch.get_num_threads())
+    params = sum(p.numel() for p in load_for_generation(model_dir)[0].parameters())
+    print(f"{args.model}: {params / 1e6:.1f}M parameters; machine: " + ", ".join(
+        f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in machine.items()))
+    rows = load_rows("synthetic_math", "eval", max(args.prompts, args.accuracy_prompts), 0, {})
+    prompts = [render_prompt("chat", r) for r in rows[:args.prompts]]
+    speed_table(model_dir, prompts, machine, params, args)
+    if args.accuracy_prompts:
+        precision_table(model_dir, rows[:args.accuracy_prompts], args)
+    if args.grpo:
+        grpo_refresh(model_dir, prompts, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Generation engines behind the one rollout interface: CTranslate2 at float32 gives HF's greedy
+outputs token for token, precision is refused where an engine cannot run it, `auto` says what it
+chose, and a profile sets the engine for every stage and the evaluation."""
+
+import pytest
+
+from data_curation.sources import load_rows
+from pipeline.recipe import RecipeError, load_recipe
+from stages.core.templates import render_prompt
+from stages.rollouts import SamplingSpec, engine_problems, open_engine, resolve_engine
+from stages.rollouts.ct2 import converted, keep_conversions_in
+from stages.rollouts.engines import opened
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return [render_prompt("chat", r) for r in load_rows("synthetic_math", "eval", 24, 0, {})]
+
+
+def test_ct2_float32_greedy_equals_hf_token_for_token(tiny_model, prompts):
+    spec = SamplingSpec(max_new_tokens=24, batch_size=8)
+    hf = open_engine(str(tiny_model), "hf").complete(prompts, spec)
+    ct2 = open_engine(str(tiny_model), "ct2").complete(prompts, spec)
+    same = sum(a[0].text == b[0].text and a[0].tokens == b[0].tokens for a, b in zip(hf, ct2))
+    assert same >= 0.95 * len(prompts), same
+
+
+def test_sampling_gives_n_completions_per_prompt_reproducibly(tiny_model, prompts):
+    engine = open_engine(str(tiny_model), "ct2", "int8")
+    spec = SamplingSpec(max_new_tokens=12, temperature=1.0, n=3, batch_size=4, seed=7)
+    first, again = engine.texts(prompts[:4], spec), engine.texts(prompts[:4], spec)
+    assert [len(cs) for cs in first] == [3] * 4 and first == again
+    assert "ct2 int8" in " ".join(opened())  # what the stage will record
+
+
+def test_a_conversion_is_made_once_per_model(tiny_model, tmp_path):
+    keep_conversions_in(tmp_path)
+    try:
+        first = converted(str(tiny_model))
+        stamp = (first / "model.bin").stat().st_mtime_ns
+        assert converted(str(tiny_model)) == first and (first / "model.bin").stat().st_mtime_ns == stamp
+        assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temp folder left behind
+    finally:
+        keep_conversions_in(None)
+
+
+@pytest.mark.parametrize("engine,precision,message", [
+    ("hf", "int8", "engine hf does not run int8"),
+    ("ct2", "bfloat16", "engine ct2 does not run bfloat16"),
+    ("vllm", "float32", "vLLM rollouts need"),
+])
+def test_an_engine_is_refused_a_precision_or_machine_it_cannot_run(engine, precision, message):
+    assert any(message in p for p in engine_problems(engine, precision))
+
+
+def test_auto_is_ctranslate2_on_cpu_and_hf_where_only_hf_runs_the_precision():
+    assert resolve_engine("auto", "float32") == "ct2" and resolve_engine("auto", "int8") == "ct2"
+    assert resolve_engine("auto", "bfloat16") == "hf"
+
+
+def test_a_profile_sets_generation_for_every_stage_and_the_evaluation(tmp_path, monkeypatch):
+    import pipeline.recipe as recipe
+
+    (tmp_path / "tiny.yaml").write_text((recipe.PROFILES_DIR / "tiny.yaml").read_text()
+                                        + "\ngeneration: {precision: int8}\n")
+    monkeypatch.setattr(recipe, "PROFILES_DIR", tmp_path)
+    resolved = load_recipe("smoke", "tiny", ["stages.polish.generation.engine=ct2"])
+    assert {(s.name, s.generation.engine, s.generation.precision) for s in resolved.recipe.stages} == {
+        ("cold_start", "auto", "int8"), ("polish", "ct2", "int8")}  # the stage's own field wins, the rest is the profile's
+    assert resolved.recipe.eval.generation.precision == "int8"
+    with pytest.raises(RecipeError, match=r"stages\[0\]\.generation: engine hf does not run int8"):
+        load_recipe("smoke", "tiny", ["stages.cold_start.generation.engine=hf"])
