@@ -109,7 +109,8 @@ def count(text: str) -> int:
 def cmd_verify(args) -> int:
     """Check published stage outputs against the checksums recorded when they were published."""
     from pipeline import runs
-    from pipeline.verify import corrupt_files, published_dirs, verify_stages
+    from pipeline.verify import published_dirs, verify_stages
+    from stages.core.files import corrupt_files
 
     if args.run:
         stages = runs.find(args.run)["stages"]

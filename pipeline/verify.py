@@ -11,41 +11,11 @@ Cost: one read of each file per use (see benchmarks/RESULTS.md for the demo mode
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from pipeline.home import home
-from stages.core.files import sha256_file, write_json_atomic
-
-MANIFEST = "checksums.json"
-
-
-def _files(root: Path, rel: str) -> list[Path]:
-    path = root / rel
-    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-
-
-def write_manifest(out_dir: Path, outputs: dict[str, str]) -> None:
-    """Record the sha256 of every file of every output (before the directory is published)."""
-    sums = {str(f.relative_to(out_dir)): sha256_file(f) for rel in outputs.values() for f in _files(out_dir, rel)}
-    write_json_atomic(out_dir / MANIFEST, sums)
-
-
-def corrupt_files(out_dir: Path) -> list[str]:
-    """The files of a published output that are missing or differ from its manifest (none when the
-    directory predates manifests: nothing to compare with)."""
-    manifest = out_dir / MANIFEST
-    if not manifest.exists():
-        return []
-    bad = []
-    for rel, digest in json.loads(manifest.read_text()).items():
-        path = out_dir / rel
-        if not path.is_file():
-            bad.append(f"{path} (missing)")
-        elif sha256_file(path) != digest:
-            bad.append(f"{path} (sha256 differs from the one recorded when it was published)")
-    return bad
+from stages.core.files import corrupt_files
 
 
 def quarantine(out_dir: Path) -> Path:

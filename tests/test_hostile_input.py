@@ -108,3 +108,38 @@ def test_a_corrupt_published_output_is_trained_again_not_served(tmp_path, tiny_m
     assert stages["cold_start"]["cached"] and not (stages["polish"]["cached"] or stages["polish"]["reused"])
     assert run_cli("verify", env_home=home).returncode == 0
     assert list((home / "stages" / "smoke").glob("polish-*.corrupt-*"))  # kept aside, not deleted
+
+
+@pytest.mark.parametrize("damage", ["truncated_weights", "zeroed_optimizer", "empty_optimizer", "lost_file"])
+def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_one_before_resumed(damage, tmp_path, capsys):
+    """Checkpoints get a checksum manifest when saved (progress_callback's on_save); resuming checks it."""
+    from types import SimpleNamespace
+
+    from stages.kinds.runtime import StageContext, last_checkpoint, progress_callback
+
+    ctx = StageContext.local(tmp_path)
+    callback = progress_callback(ctx)
+    for step in (2, 4):
+        ckpt = ctx.checkpoint_dir / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "model.safetensors").write_bytes(os.urandom(4096))
+        (ckpt / "optimizer.pt").write_bytes(os.urandom(8192))
+        (ckpt / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+        callback.on_save(None, SimpleNamespace(global_step=step, is_world_process_zero=True), None)
+    newest = ctx.checkpoint_dir / "checkpoint-4"
+    assert last_checkpoint(ctx) == str(newest)
+    if damage == "truncated_weights":
+        (newest / "model.safetensors").write_bytes((newest / "model.safetensors").read_bytes()[:100])
+    elif damage == "zeroed_optimizer":
+        (newest / "optimizer.pt").write_bytes(bytes(8192))
+    elif damage == "empty_optimizer":
+        (newest / "optimizer.pt").write_bytes(b"")
+    else:
+        (newest / "optimizer.pt").unlink()
+    assert last_checkpoint(ctx) == str(ctx.checkpoint_dir / "checkpoint-2")
+    out = capsys.readouterr().out
+    assert f"checkpoint {newest} is corrupt" in out and str(newest / ("model.safetensors" if "weights" in damage
+                                                                    else "optimizer.pt")) in out
+    assert not newest.exists() and len(list(ctx.checkpoint_dir.glob("checkpoint-4.corrupt-*"))) == 1
+    assert last_checkpoint(ctx) == str(ctx.checkpoint_dir / "checkpoint-2")  # the set-aside one is never picked again
+    assert len(list(ctx.checkpoint_dir.glob("checkpoint-4.corrupt-*"))) == 1  # nor moved again

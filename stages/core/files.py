@@ -46,6 +46,38 @@ def dir_fingerprint(path: Path, pattern: str = "*.safetensors") -> str:
     return h.hexdigest()
 
 
+MANIFEST = "checksums.json"
+
+
+def _files(root: Path, rel: str) -> list[Path]:
+    path = root / rel
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST) if path.is_dir() else [path]
+
+
+def write_manifest(out_dir: Path, outputs: dict[str, str] | None = None) -> None:
+    """Record the sha256 of every file of every output (or of the whole directory), so a later
+    reader can tell flipped, truncated or missing bytes from what was written."""
+    rels = list((outputs or {".": "."}).values())
+    sums = {str(f.relative_to(out_dir)): sha256_file(f) for rel in rels for f in _files(out_dir, rel)}
+    write_json_atomic(out_dir / MANIFEST, sums)
+
+
+def corrupt_files(out_dir: Path) -> list[str]:
+    """The files under `out_dir` that are missing or differ from its manifest (none when it has no
+    manifest: nothing to compare with)."""
+    manifest = out_dir / MANIFEST
+    if not manifest.exists():
+        return []
+    bad = []
+    for rel, digest in json.loads(manifest.read_text()).items():
+        path = out_dir / rel
+        if not path.is_file():
+            bad.append(f"{path} (missing)")
+        elif sha256_file(path) != digest:
+            bad.append(f"{path} (sha256 differs from the one recorded when it was written)")
+    return bad
+
+
 def save_figure(fig, path: Path, dpi: int = 110) -> None:
     """Save a matplotlib figure to a temporary name, rename it into place and close it."""
     import matplotlib.pyplot as plt

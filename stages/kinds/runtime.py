@@ -16,7 +16,7 @@ from data_curation.ngrams import normalize
 from data_curation.preferences import load_pairs
 from data_curation.schema import check_row
 from data_curation.sources import load_rows
-from stages.core.files import write_json_atomic
+from stages.core.files import corrupt_files, write_json_atomic, write_manifest
 from stages.core.loading import whole_model
 from stages.core.text import question_text
 from stages.kinds.contracts import WorkerSpec
@@ -138,22 +138,33 @@ def load_stage_pairs(data: dict) -> list[dict]:
 
 
 def last_checkpoint(ctx: StageContext) -> str | None:
-    """The newest complete checkpoint. HF writes trainer_state.json last, so a checkpoint without
-    it was cut short by a crash mid-save; those are removed rather than resumed from."""
+    """The newest whole checkpoint. HF writes trainer_state.json last, so a checkpoint without it
+    was cut short by a crash mid-save: removed. Every checkpoint gets a checksum manifest right after
+    it is saved (progress_callback), so one whose files were truncated, zeroed or lost since is
+    moved aside (`checkpoint-N.corrupt-<time>`, named in a warning) and the one before it resumed
+    from. A checkpoint without a manifest (written before manifests existed) is taken as it is."""
     import shutil
+    import time
 
     if not ctx.checkpoint_dir.is_dir():
         return None
-    found = sorted(ctx.checkpoint_dir.glob("checkpoint-*"), key=lambda p: checkpoint_step(str(p)))
+    found = sorted((p for p in ctx.checkpoint_dir.glob("checkpoint-*") if p.name.removeprefix("checkpoint-").isdigit()),
+                   key=lambda p: checkpoint_step(str(p)))
     complete = [p for p in found if (p / "trainer_state.json").exists()]
     if ctx.is_main:
         for p in found:
             if p not in complete:
                 print(f"posttrain: removing incomplete checkpoint {p}", flush=True)
                 shutil.rmtree(p, ignore_errors=True)
-    if complete:
-        print(f"posttrain: resuming from {complete[-1]}", flush=True)
-    return str(complete[-1]) if complete else None
+    for p in reversed(complete):
+        if not (bad := corrupt_files(p)):
+            print(f"posttrain: resuming from {p}", flush=True)
+            return str(p)
+        print(f"posttrain: WARNING: checkpoint {p} is corrupt ({'; '.join(bad)}); moved aside, trying the one "
+              "before it", flush=True)
+        if ctx.is_main:  # every rank reaches the same verdict; one moves it
+            p.rename(p.with_name(f"{p.name}.corrupt-{int(time.time())}"))
+    return None
 
 
 def checkpoint_step(path: str | None) -> int:
@@ -178,7 +189,8 @@ def trainer_args(cfg, ctx: StageContext) -> dict:
 
 
 def progress_callback(ctx: StageContext):
-    """A TrainerCallback that writes progress.json; the launcher turns it into a Prefect artifact."""
+    """A TrainerCallback that writes progress.json (the launcher turns it into a Prefect artifact)
+    and each checkpoint's checksum manifest."""
     from transformers import TrainerCallback
 
     class WriteProgress(TrainerCallback):
@@ -186,6 +198,16 @@ def progress_callback(ctx: StageContext):
             if state.is_world_process_zero:
                 write_json_atomic(ctx.output_dir / "progress.json",
                                   {"step": state.global_step, "max_steps": state.max_steps, "logs": logs or {}})
+
+        def on_save(self, args, state, control, **kwargs):
+            """The checkpoint just written gets its checksum manifest (checked before resuming)."""
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist.barrier()  # every rank has written its shards and RNG state before they are hashed
+            saved = ctx.checkpoint_dir / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and saved.is_dir():
+                write_manifest(saved)
 
     return WriteProgress()
 
