@@ -36,7 +36,7 @@ from pipeline.crashed_runs import close_crashed_runs
 from pipeline.gates import GateFailed, baseline_plan, gate_failure, input_metrics
 from pipeline.home import home, publish_dir
 from pipeline.launcher import run_worker
-from pipeline.locks import held, stage_lock
+from pipeline.locks import held, model_lock, stage_lock
 from pipeline.models import resolve_with_fingerprint
 from pipeline.recipe import (
     ResolvedRecipe,
@@ -139,9 +139,11 @@ def execute_stage(cache_key: str, plan: StagePlan, parent_run_id: str) -> dict:
     def waiting(holder: str) -> None:
         logger.info("stage %s is being trained by another run (pid %s); waiting for it", plan.name, holder)
 
-    with held(stage_lock(plan.recipe, final.name), on_wait=waiting):
-        if (final / "result.json").exists():  # published earlier, or by the run we waited for
-            return {**json.loads((final / "result.json").read_text()), "reused": True}
+    with held(stage_lock(final.name), on_wait=waiting):
+        # published earlier, or by the run we waited for, under this recipe's folder or another's
+        for done in [final / "result.json", *sorted((home() / "stages").glob(f"*/{final.name}/result.json"))]:
+            if done.exists():
+                return {**json.loads(done.read_text()), "reused": True}
         return _train_stage(cache_key, plan, parent_run_id, final, logger)
 
 
@@ -197,8 +199,9 @@ def _file_model(resolved: ResolvedRecipe, stage, final: bool, result: StageResul
     and, for the final stage or one with `register:`, as a registry version with alias candidate."""
     mode = _artifact_mode(resolved)
     model_dir = Path(result.output_dir) / result.outputs["model"]
-    model_id = model_store.ensure_logged_model(result.mlflow_run_id, child, stage.name, model_dir,
-                                               result.fingerprints["model"], result.metrics, mode)
+    with held(model_lock(Path(result.output_dir).name)):  # a run that waited finds the model the first one logged
+        model_id = model_store.ensure_logged_model(result.mlflow_run_id, child, stage.name, model_dir,
+                                                   result.fingerprints["model"], result.metrics, mode)
     entry["logged_model_id"] = model_id
     if stage.registry is False or not (final or stage.registry):
         return

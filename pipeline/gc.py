@@ -41,7 +41,7 @@ def plan_gc(keep_runs: int) -> Plan:
     for recipe_dir in sorted((home() / "stages").glob("*")):
         for out in sorted(recipe_dir.iterdir()):
             name = out.name.removesuffix(".partial")
-            if is_held(stage_lock(recipe_dir.name, name)):
+            if is_held(stage_lock(name)):
                 plan.busy.append(out)
             elif str(out.resolve()) in referenced:
                 plan.kept.append(out)

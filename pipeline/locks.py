@@ -39,9 +39,15 @@ def held(path: Path, on_wait: Callable[[str], None] | None = None) -> Iterator[b
         os.close(fd)  # closing releases the lock
 
 
-def stage_lock(recipe: str, output_name: str) -> Path:
-    """The lock of one stage output directory (`<stage>-<key>`): its single writer holds it."""
-    return lock_path("stages", recipe, output_name)
+def stage_lock(output_name: str) -> Path:
+    """The lock of one stage output (`<stage>-<key>`), across recipes: the key is the content of the
+    work, so two recipes with the same stage train it once, and its single writer holds this."""
+    return lock_path("stages", output_name)
+
+
+def model_lock(output_name: str) -> Path:
+    """Held while a stage output is logged as an MLflow model, so two runs log one model per output."""
+    return lock_path("logged-models", output_name)
 
 
 def is_held(path: Path) -> bool:

@@ -18,6 +18,7 @@ With `tracking`, the only module that writes to MLflow.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -87,8 +88,9 @@ def _upload(model, model_dir: Path) -> None:
 
 def ensure_logged_model(producing_run: str | None, run_id: str, name: str, model_dir: Path, sha256: str,
                         metrics: dict[str, float], mode: str) -> str:
-    """The logged model of a stage output: the one its producing run logged (a cached stage's run
-    is tagged with it), or a new one sourced from `run_id` when none finished."""
+    """The logged model of a stage output: the one its producing run is tagged with (whichever run
+    logged it), or a new one sourced from `run_id` when none finished; the caller holds the output's
+    model lock (pipeline.locks.model_lock), so a second caller finds the first one's model."""
     from mlflow.exceptions import MlflowException
 
     c = tracking.client()
@@ -101,7 +103,11 @@ def ensure_logged_model(producing_run: str | None, run_id: str, name: str, model
         if run_id != producing_run:
             c.set_tag(run_id, MODEL_ID_TAG, model_id)
         return model_id
-    return log_model(run_id, name, model_dir, sha256, metrics, mode)
+    model_id = log_model(run_id, name, model_dir, sha256, metrics, mode)
+    if producing_run and producing_run != run_id:  # so the run that trained it finds this one
+        with contextlib.suppress(MlflowException):
+            c.set_tag(producing_run, MODEL_ID_TAG, model_id)
+    return model_id
 
 
 def log_datasets(run_id: str, stage: str, output_dir: Path, outputs: dict[str, str], fingerprints: dict[str, str],

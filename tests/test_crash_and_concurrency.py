@@ -111,6 +111,7 @@ def test_two_identical_runs_on_a_fresh_home_publish_each_stage_once(tmp_path, ti
     for i in range(2):  # each stage trained by exactly one run; the other took the published result
         trained = [r for r in records if not r["stages"][i].get("reused")]
         assert len(trained) == 1 and all(r["stages"][i]["status"] == "completed" for r in records)
+        assert len({r["stages"][i]["logged_model_id"] for r in records}) == 1  # one MLflow model per output
 
 
 def test_a_lock_whose_holder_was_killed_never_blocks(tmp_path):
@@ -155,7 +156,7 @@ def test_gc_keeps_what_kept_runs_reference_and_what_live_runs_hold(tmp_path, tin
     newest = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
     kept = {Path(s["output_dir"]).name for s in newest["stages"]}
     busy, free = [name for name in before if name not in kept]
-    with held(stage_lock("smoke", busy)):  # as a live run training that stage would
+    with held(stage_lock(busy)):  # as a live run training that stage would
         gc = run_cli("gc", "--keep-runs", "1", env_home=home)
     assert gc.returncode == 0 and f"removed {stages / free}" in gc.stdout and "a live run holds its lock" in gc.stdout
     assert sorted(p.name for p in stages.iterdir()) == sorted(kept | {busy})
