@@ -9,6 +9,10 @@ everywhere, so no UI shows it live forever:
 - MLflow: the pipeline run and any stage run still RUNNING under it end as KILLED;
 - Prefect: the flow run and its unfinished task runs go to Crashed, unless the flow run already ended.
 The dead run's work is untouched: its stage's `.partial` directory is what the next run resumes.
+
+A run that ended (failed, interrupted) while MLflow or Prefect could not be reached leaves its
+runs there open although its record is final; the same closers end those (`close_left_open`:
+MLflow FAILED or KILLED, Prefect Crashed) and mark the record `services_closed`, once.
 """
 
 from __future__ import annotations
@@ -34,6 +38,32 @@ def close_crashed_runs(say=print) -> list[str]:
     return closed
 
 
+ENDED_OPEN = {"failed": "FAILED", "interrupted": "KILLED", "crashed": "KILLED"}
+
+
+def close_left_open(say=print) -> list[str]:
+    """End the MLflow and Prefect runs of ended runs that could not end them (a service was down);
+    a service still down is tried again next time. Returns the run ids closed."""
+    closed = []
+    for record in runs.left_open():
+        with held(runs.run_lock(record["id"])):
+            record = runs.load(record["id"])
+            if record.get("services_closed") or record.get("status") not in ENDED_OPEN:
+                continue
+            try:
+                if parent := record.get("mlflow_run_id"):
+                    _kill_mlflow_runs(parent, ENDED_OPEN[record["status"]])
+                if flow_run_id := record.get("prefect_flow_run_id"):
+                    _crash_flow_run(flow_run_id, record["id"])
+            except Exception as e:  # a service still unreachable: the next closer tries again
+                say(f"run {record['id']}: could not close its MLflow/Prefect runs yet ({type(e).__name__})")
+                continue
+            record["services_closed"] = True
+            runs.save(record)
+        closed.append(record["id"])
+    return closed
+
+
 def _close(record: dict) -> None:
     """The record last: if MLflow or Prefect cannot be reached, it still says `running`, and the
     next closer tries again."""
@@ -48,7 +78,7 @@ def _close(record: dict) -> None:
     runs.save(record)
 
 
-def _kill_mlflow_runs(parent: str) -> None:
+def _kill_mlflow_runs(parent: str, status: str = "KILLED") -> None:
     from mlflow.exceptions import MlflowException
 
     c = tracking.client()
@@ -58,9 +88,9 @@ def _kill_mlflow_runs(parent: str) -> None:
         return
     live = c.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{parent}' and attributes.status = 'RUNNING'")
     for run in live:
-        c.set_terminated(run.info.run_id, "KILLED")
+        c.set_terminated(run.info.run_id, status)
     if c.get_run(parent).info.status == "RUNNING":
-        c.set_terminated(parent, "KILLED")
+        c.set_terminated(parent, status)
 
 
 def _crash_flow_run(flow_run_id: str, run_id: str) -> None:
@@ -72,7 +102,7 @@ def _crash_flow_run(flow_run_id: str, run_id: str) -> None:
     from prefect.exceptions import ObjectNotFound
     from prefect.states import Crashed
 
-    message = f"the process of posttrain run {run_id} died; closed afterwards by posttrain"
+    message = f"posttrain run {run_id} ended without closing this flow run; closed afterwards by posttrain"
     with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
         flow_run = client.read_flow_run(UUID(flow_run_id))
         if flow_run.state and flow_run.state.is_final():

@@ -32,7 +32,7 @@ from prefect.exceptions import ExternalSignal
 
 from data_curation.sources import source_fingerprint
 from pipeline import model_store, runs, tracking
-from pipeline.crashed_runs import close_crashed_runs
+from pipeline.crashed_runs import close_crashed_runs, close_left_open
 from pipeline.gates import GateFailed, baseline_plan, gate_failure, input_metrics
 from pipeline.home import home, publish_dir
 from pipeline.launcher import run_worker
@@ -253,6 +253,7 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
     # Held while the flow runs. If the process dies, the kernel releases it; a later run closes this one.
     with held(runs.run_lock(run_id)):
         close_crashed_runs(logger.info)
+        close_left_open(logger.info)
         return _run_stages(resolved, profile, overrides, run_id, str(flow_run.id or ""), logger)
 
 

@@ -57,6 +57,13 @@ def dead_runs() -> list[dict]:
     return [r for r in _records() if died(r)]
 
 
+def left_open() -> list[dict]:
+    """Ended runs (not running, not completed) whose MLflow and Prefect runs were not yet confirmed
+    closed (pipeline.crashed_runs.close_left_open)."""
+    return [r for r in _records() if r.get("status") in ("failed", "interrupted", "crashed")
+            and not r.get("services_closed") and r.get("mlflow_run_id")]
+
+
 def all_runs() -> list[dict]:
     """Every run record, oldest first; a dead run not yet closed reads as `crashed`."""
     records = _records()

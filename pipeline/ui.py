@@ -24,13 +24,14 @@ def close_dead_runs(api_url: str) -> None:
     only when there is one: most checks read a few run records and stop."""
     from pipeline import runs
 
-    if not runs.dead_runs():
+    if not (runs.dead_runs() or runs.left_open()):
         return
     os.environ.setdefault("PREFECT_API_URL", api_url)  # before Prefect is first imported here
-    from pipeline.crashed_runs import close_crashed_runs
+    from pipeline.crashed_runs import close_crashed_runs, close_left_open
 
     try:
         close_crashed_runs(lambda line: print(f"posttrain ui: {line}", flush=True))
+        close_left_open(lambda line: print(f"posttrain ui: {line}", flush=True))
     except Exception as e:  # a server still starting, say: the next check tries again
         print(f"posttrain ui: could not close a dead run yet ({type(e).__name__}: {e})", flush=True)
 

@@ -143,3 +143,27 @@ def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_one_before_resumed(d
     assert not newest.exists() and len(list(ctx.checkpoint_dir.glob("checkpoint-4.corrupt-*"))) == 1
     assert last_checkpoint(ctx) == str(ctx.checkpoint_dir / "checkpoint-2")  # the set-aside one is never picked again
     assert len(list(ctx.checkpoint_dir.glob("checkpoint-4.corrupt-*"))) == 1  # nor moved again
+
+
+def test_runs_left_open_in_mlflow_by_a_failed_run_are_closed_by_the_next_one(tmp_path, monkeypatch):
+    """A run that failed while the tracking server was down leaves its MLflow runs RUNNING; the next
+    run (or `posttrain ui`) ends them, once, and a store still down is tried again later."""
+    from pipeline import runs, tracking
+    from pipeline.crashed_runs import close_left_open
+
+    monkeypatch.setenv("POSTTRAIN_HOME", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    parent = tracking.start_pipeline_run("smoke", "tiny", [], "smoke-left-open")
+    child = tracking.start_stage_run(parent, "smoke", "cold_start", "sft", {}, "key")
+    record = {"id": "smoke-left-open", "recipe": "smoke", "status": "failed", "mlflow_run_id": parent,
+              "stages": [{"name": "cold_start", "status": "failed"}]}
+    runs.save(record)
+    monkeypatch.setattr(tracking, "client", lambda: (_ for _ in ()).throw(ConnectionError("server down")))
+    assert close_left_open(lambda line: None) == [] and not runs.load(record["id"]).get("services_closed")
+    monkeypatch.undo()
+    monkeypatch.setenv("POSTTRAIN_HOME", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert close_left_open(lambda line: None) == [record["id"]]
+    c = tracking.client()
+    assert {c.get_run(r).info.status for r in (parent, child)} == {"FAILED"}
+    assert runs.load(record["id"])["services_closed"] and close_left_open(lambda line: None) == []
