@@ -33,7 +33,7 @@ from prefect.exceptions import ExternalSignal
 from data_curation.sources import source_fingerprint
 from pipeline import model_store, runs, tracking
 from pipeline.crashed_runs import close_crashed_runs, close_left_open
-from pipeline.gates import GateFailed, baseline_plan, gate_failure, input_metrics
+from pipeline.gates import GateFailed, baseline_plan, candidate_refusal, gate_failure, input_metrics
 from pipeline.home import home, publish_dir
 from pipeline.launcher import run_worker
 from pipeline.locks import held, model_lock, stage_lock
@@ -208,8 +208,12 @@ def _file_model(resolved: ResolvedRecipe, stage, final: bool, result: StageResul
     name = stage.registry if isinstance(stage.registry, str) else f"posttrain-{resolved.recipe.name}"
     tags = {"posttrain.recipe": resolved.recipe.name, "posttrain.profile": str(resolved.profile),
             "posttrain.stage": stage.name, "posttrain.git_commit": tracking.git_commit()}
-    entry["registry"] = {"name": name, "version": model_store.register(model_id, name, child, tags),
-                         "alias": model_store.CANDIDATE}
+    refused = candidate_refusal(Path(result.output_dir), model_store.candidate_output_dir(name))
+    entry["registry"] = {"name": name, "version": model_store.register(model_id, name, child, tags, refused),
+                         "alias": None if refused else model_store.CANDIDATE}
+    if refused:
+        entry["registry"]["candidate_refused"] = refused
+        get_run_logger().warning("%s: candidate stays where it was: %s", name, refused)
 
 
 def _execute(stage, plan: StagePlan, parent: str, entry: dict):

@@ -93,6 +93,21 @@ def input_metrics(stage, result: StageResult, upstream: dict[str, StageResult]) 
     return {**own, **change_metrics(_scores(Path(result.output_dir) / EVAL_SCORES), before)}
 
 
+def candidate_refusal(new_dir: Path, old_dir: Path | None) -> str | None:
+    """Why a new registry version must not take `candidate` from the version it would replace: its
+    held-out accuracy on the prompts both were scored on is significantly lower (the paired 95%
+    interval of the change lies below 0). None when it may: no earlier candidate, the same output,
+    or no shared held-out prompts to compare on (nothing measured is nothing refused)."""
+    if old_dir is None or Path(old_dir).resolve() == Path(new_dir).resolve():
+        return None
+    change = change_metrics(_scores(Path(new_dir) / EVAL_SCORES), _scores(Path(old_dir) / EVAL_SCORES))
+    key = CHANGE + "eval/accuracy"
+    if not change.get(f"{key}_n") or change[f"{key}_hi"] >= 0:
+        return None
+    return (f"held-out accuracy {change[key]:+.3f} [{change[f'{key}_lo']:+.3f}, {change[f'{key}_hi']:+.3f}] on "
+            f"{int(change[f'{key}_n'])} prompts against the candidate from {old_dir}")
+
+
 def gate_failure(stage_name: str, gate: GateSpec, metrics: dict[str, float]) -> str | None:
     """Why the gate fails, with both numbers; None when it passes."""
     after, before = metrics.get(gate.metric), metrics.get(INPUT + gate.metric)

@@ -31,6 +31,7 @@ from pipeline import tracking
 from pipeline.home import home
 from stages.core.files import dir_fingerprint, write_json_atomic
 
+CANDIDATE_REFUSED_TAG = "posttrain.candidate_refused"  # on a version: why `candidate` stayed where it was
 MODEL_ID_TAG = "posttrain.logged_model_id"  # on a stage run: the logged model of its output
 SHA_TAG = "posttrain.sha256"  # on a logged model: dir_fingerprint of its weights
 MODE_TAG = "posttrain.model_artifacts"  # copy | reference
@@ -147,8 +148,23 @@ def log_datasets(run_id: str, stage: str, output_dir: Path, outputs: dict[str, s
         c.log_inputs(run_id, datasets=logged)
 
 
-def register(model_id: str, name: str, run_id: str, tags: dict[str, str]) -> str:
-    """The registry version of `model_id` under `name` (made once), with alias `candidate`."""
+def candidate_output_dir(name: str) -> Path | None:
+    """Where the current `candidate` version of `name` was published (None: no candidate yet, or
+    its run is in another store or never recorded a directory)."""
+    from mlflow.exceptions import MlflowException
+
+    c = tracking.client()
+    try:
+        version = c.get_model_version_by_alias(name, CANDIDATE)
+        out = c.get_run(version.run_id).data.tags.get(tracking.OUTPUT_DIR_TAG) if version.run_id else None
+    except MlflowException:
+        return None
+    return Path(out) if out else None
+
+
+def register(model_id: str, name: str, run_id: str, tags: dict[str, str], refused: str | None = None) -> str:
+    """The registry version of `model_id` under `name` (made once), with alias `candidate` unless
+    `refused` says why it must not replace the current one (recorded as a tag on the version)."""
     from mlflow.exceptions import MlflowException
 
     c = tracking.client()
@@ -161,7 +177,10 @@ def register(model_id: str, name: str, run_id: str, tags: dict[str, str]) -> str
     version = found[0].version if found else c.create_model_version(
         name, source=f"models:/{model_id}", run_id=run_id, tags={**tags, MODEL_ID_TAG: model_id},
         model_id=model_id).version
-    c.set_registered_model_alias(name, CANDIDATE, str(version))
+    if refused:
+        c.set_model_version_tag(name, str(version), CANDIDATE_REFUSED_TAG, refused)
+    else:
+        c.set_registered_model_alias(name, CANDIDATE, str(version))
     return str(version)
 
 

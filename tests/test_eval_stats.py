@@ -135,3 +135,28 @@ def test_compare_prints_changes_with_intervals_and_marks_significant_ones():
     assert "0.8 [0.6, 0.9]" in text and "+0.4 [+0.2, +0.6]*" in text
     assert "accuracy_lo" not in text  # intervals sit inside their metric's cell
     json.dumps(rows)
+
+
+def test_candidate_moves_only_to_a_version_not_significantly_worse(tmp_path):
+    """The registry's `candidate` is what a user deploys: a new version takes it unless its held-out
+    accuracy on the same prompts is significantly below the current candidate's."""
+    import json
+
+    from pipeline.gates import candidate_refusal
+    from stages.kinds.evaluate import EVAL_SCORES
+
+    def output(name: str, accuracy: list[float]):
+        out = tmp_path / name
+        out.mkdir()
+        (out / EVAL_SCORES).write_text(json.dumps({"id": [f"q{i}" for i in range(len(accuracy))], "accuracy": accuracy,
+                                                   "format": accuracy, "tokens": [10.0] * len(accuracy)}))
+        return out
+
+    strong = output("strong", [1.0] * 60 + [0.0] * 40)
+    weak = output("weak", [0.0] * 100)  # the distilled student that scores 0
+    close = output("close", [1.0] * 58 + [0.0] * 42)
+    refusal = candidate_refusal(weak, strong)
+    assert refusal and "held-out accuracy -0.600" in refusal and "100 prompts" in refusal
+    assert candidate_refusal(close, strong) is None  # within noise of the candidate: it may move
+    assert candidate_refusal(strong, weak) is None and candidate_refusal(weak, None) is None
+    assert candidate_refusal(weak, output("unscored", [])) is None  # nothing shared to compare on
