@@ -278,3 +278,17 @@ def test_curves_skip_steps_where_a_reward_judged_no_row():
     m = curve_metrics(history)
     assert m["train/accuracy_first_fifth"] == 0.5 and m["train/accuracy_last_fifth"] == 1.0
     assert m["train/reward_last_fifth"] == 3.0
+
+
+def test_the_rl_curves_show_reward_components_kl_and_clipping(tmp_path):
+    from PIL import Image
+
+    from stages.kinds.rl_curves import curve_metrics, plot_curves
+
+    history = [{"step": s, "reward": s / 4, "rewards/accuracy_math/mean": s / 8, "rewards/format_think/mean": 0.5,
+                "accuracy": s / 8, "completions/mean_length": 40 + s, "kl": 0.01 * s, "clip_ratio/region_mean": 0.02}
+               for s in range(1, 9)]
+    m = curve_metrics(history)
+    assert m["train/kl_last_fifth"] > m["train/kl_first_fifth"] and m["train/clip_fraction_last_fifth"] == 0.02
+    assert plot_curves(history, tmp_path / "rl_curves.png")
+    assert Image.open(tmp_path / "rl_curves.png").size[0] > 5 * 4.5 * 100  # five panels

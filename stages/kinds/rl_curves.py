@@ -1,5 +1,6 @@
-"""What an RL stage's log history says at a glance: first-fifth vs last-fifth means, and a plot of
-reward, accuracy and completion length per step (logged to the stage's MLflow run)."""
+"""What an RL stage's log history says at a glance: first-fifth vs last-fifth means, and a plot per
+step of the reward with each of its components, accuracy, completion length, KL to the reference
+and the clipped share of tokens (logged to the stage's MLflow run as rl_curves.png)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 
 from stages.core.files import save_figure
 
-CURVES = {"reward": "reward", "accuracy": "accuracy", "length": "completions/mean_length"}
+CURVES = {"reward": "reward", "accuracy": "accuracy", "length": "completions/mean_length", "kl": "kl",
+          "clip fraction": "clip_ratio/region_mean"}
+COMPONENT = ("rewards/", "/mean")  # TRL's per-reward-function means: drawn on the reward panel
 
 
 def series(log_history: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -29,7 +32,7 @@ def curve_metrics(log_history: list[dict]) -> dict[str, float]:
     out = {}
     for name, key in CURVES.items():
         if (f := fifths(series(log_history, key)[1])) is not None:
-            out[f"train/{name}_first_fifth"], out[f"train/{name}_last_fifth"] = f
+            out[f"train/{name.replace(' ', '_')}_first_fifth"], out[f"train/{name.replace(' ', '_')}_last_fifth"] = f
     return out
 
 
@@ -43,9 +46,15 @@ def plot_curves(log_history: list[dict], path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    components = sorted({k for h in log_history for k in h if k.startswith(COMPONENT[0]) and k.endswith(COMPONENT[1])})
     fig, axes = plt.subplots(1, len(present), figsize=(4.5 * len(present), 3.2), squeeze=False)
     for ax, (name, (steps, values)) in zip(axes[0], present.items()):
-        ax.plot(steps, values, marker=".", linewidth=1)
+        ax.plot(steps, values, marker=".", linewidth=1.5, label="total" if name == "reward" else None)
+        if name == "reward" and components:
+            for key in components:
+                ax.plot(*series(log_history, key), linewidth=1, alpha=0.8,
+                        label=key.removeprefix(COMPONENT[0]).removesuffix(COMPONENT[1]))
+            ax.legend(fontsize=7)
         ax.set_title(name)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
