@@ -4,6 +4,7 @@ once; a lock whose holder died never blocks; the next run closes a dead run in i
 Prefect; `posttrain gc` frees what no kept run needs."""
 
 import json
+import os
 import re
 import signal
 import sqlite3
@@ -90,6 +91,30 @@ def test_sigkill_of_the_run_leaves_no_process_and_the_rerun_resumes(tmp_path, ti
         (state,) = db.execute("SELECT state_type FROM flow_run WHERE id = ?", (dead["prefect_flow_run_id"],)).fetchone()
         tasks = db.execute("SELECT state_type FROM task_run WHERE flow_run_id = ?", (dead["prefect_flow_run_id"],))
         assert state == "CRASHED" and [t for (t,) in tasks] == ["CRASHED"]
+
+
+def test_ctrl_c_stops_the_run_in_seconds_records_it_interrupted_and_the_rerun_resumes(tmp_path, tiny_model):
+    """Ctrl-C in a terminal is SIGINT to the whole foreground process group."""
+    home = tmp_path / "home"
+    args = ["run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=40",
+            "--set", "stages.cold_start.save_steps=5", "--set", "eval=null"]
+    with open(tmp_path / "run.log", "w") as out:
+        proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=cli_env(home), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    stage = _wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial"), None)
+                      if (home / "stages" / "smoke").exists() else None, 240, "the stage to start")
+    _wait_for(lambda: sorted((stage / "checkpoints").glob("checkpoint-*/checksums.json")), 300, "a checkpoint")
+    worker = int((stage / "worker.pid").read_text())
+    started = time.time()
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=30) == 130 and time.time() - started < 10, (tmp_path / "run.log").read_text()[-3000:]
+    _wait_for(lambda: not _alive(worker), 10, "the worker to stop")
+    record = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
+    assert record["status"] == "interrupted" and record["stages"][0]["status"] == "interrupted"
+    rerun = run_cli(*args, env_home=home, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)["stages"][0]["metrics"][
+        "train/resumed_from_step"] >= 5
 
 
 def test_two_identical_runs_on_a_fresh_home_publish_each_stage_once(tmp_path, tiny_model):
