@@ -170,6 +170,8 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
     try:
         run_worker(partial / "spec.json", plan.launcher, partial / "worker.log", env, on_progress)
         output = StageOutput.model_validate_json((partial / "result.json").read_text())
+        if replayed := tracking.replay_spool(child, partial / tracking.SPOOL):
+            logger.info("stage %s: %d steps of metrics the tracking server missed are logged now", plan.name, replayed)
         samples = partial / "eval_samples.json"
         tracking.log_stage_output(child, partial, output, json.loads(samples.read_text()) if samples.exists() else None)
         result = StageResult(name=plan.name, kind=plan.kind, cache_key=cache_key, mlflow_run_id=child,

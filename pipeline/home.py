@@ -39,6 +39,10 @@ def configure_environment() -> None:
     keep_conversions_in(root / "cache" / "ct2")  # one generation-engine conversion per model
     os.environ.setdefault("PREFECT_HOME", str(root / "prefect"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
+    # A tracking server that does not answer is known in seconds, not after MLflow's default of
+    # seven retries with backoff; training spools its step metrics meanwhile (tracking.step_logger)
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     # Stage results are what the cache stores; keep them with the rest of the state.
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(root / "prefect" / "storage"))

@@ -177,19 +177,58 @@ def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
     client().log_batch(run_id, metrics=[mlflow.entities.Metric(k, float(v), ts, step) for k, v in metrics.items()])
 
 
-def step_logger(run_id: str):
+SPOOL = "metrics_spool.jsonl"  # step metrics the tracking server did not take, replayed by the flow
+RETRY_AFTER_S = 60.0
+
+
+def step_logger(run_id: str, spool: Path | None = None):
     """A TrainerCallback that logs every numeric value the trainer logs, at its global step, into
     the stage's run (rank 0 only). Replaces HF's own MLflow callback, so this module stays the
-    only writer."""
+    only writer. Training never waits on the tracking server: when it does not answer, the step's
+    metrics go to `spool` (one JSON line each), the server is tried again a minute later, and the
+    flow replays the spool into the run when the stage ends (`replay_spool`)."""
     from transformers import TrainerCallback
 
     class LogSteps(TrainerCallback):
+        down_since: float | None = None
+
         def on_log(self, args, state, control, logs=None, **kwargs):
             numeric = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            if state.is_world_process_zero and numeric:
-                log_metrics(run_id, numeric, step=state.global_step)
+            if not (state.is_world_process_zero and numeric):
+                return
+            if self.down_since is None or time.time() - self.down_since > RETRY_AFTER_S:
+                try:
+                    log_metrics(run_id, numeric, step=state.global_step)
+                    self.down_since = None
+                    return
+                except Exception as e:  # an unreachable server, whatever the client raises for it
+                    if spool is None:
+                        raise
+                    if self.down_since is None:
+                        print(f"posttrain: the MLflow tracking server at {tracking_uri()} does not answer "
+                              f"({type(e).__name__}); step metrics go to {spool} until it does", flush=True)
+                    self.down_since = time.time()
+            with open(spool, "a") as f:
+                f.write(json.dumps({"step": state.global_step, "time": time.time(), "metrics": numeric}) + "\n")
 
     return LogSteps()
+
+
+def replay_spool(run_id: str, spool: Path) -> int:
+    """Log the spooled step metrics into the run (at their steps and times); returns how many lines.
+    The spool is removed once logged, so a retry never logs a line twice."""
+    import mlflow
+
+    if not spool.exists():
+        return 0
+    lines = [json.loads(line) for line in spool.read_text().splitlines() if line.strip()]
+    metrics = [mlflow.entities.Metric(k, float(v), int(line["time"] * 1000), line["step"])
+               for line in lines for k, v in line["metrics"].items()]
+    c = client()
+    for start in range(0, len(metrics), 1000):  # MLflow's log_batch limit
+        c.log_batch(run_id, metrics=metrics[start:start + 1000])
+    spool.unlink()
+    return len(lines)
 
 
 def log_stage_output(run_id: str, output_dir: Path, output, table: list[dict] | None) -> None:

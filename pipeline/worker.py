@@ -52,7 +52,8 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
     kind = STAGE_KINDS[spec.kind]
     cfg = kind.config.model_validate(spec.stage)
     run_id = spec.mlflow_run_id
-    ctx = StageContext(spec=spec, make_callbacks=lambda: [tracking.step_logger(run_id)] if run_id else [])
+    spool = Path(spec.output_dir) / tracking.SPOOL
+    ctx = StageContext(spec=spec, make_callbacks=lambda: [tracking.step_logger(run_id, spool)] if run_id else [])
     started = time.time()
     output = kind.run(cfg, ctx)
     if not ctx.is_main:

@@ -167,3 +167,31 @@ def test_runs_left_open_in_mlflow_by_a_failed_run_are_closed_by_the_next_one(tmp
     c = tracking.client()
     assert {c.get_run(r).info.status for r in (parent, child)} == {"FAILED"}
     assert runs.load(record["id"])["services_closed"] and close_left_open(lambda line: None) == []
+
+
+def test_step_metrics_are_spooled_while_the_tracking_server_is_down_and_replayed(tmp_path, monkeypatch):
+    """Training never waits on MLflow: a server that does not answer costs one failed call, the
+    steps go to a spool, and the flow logs them into the run afterwards."""
+    import socket
+    from types import SimpleNamespace
+
+    from pipeline import tracking
+
+    with socket.socket() as s:  # a port nobody listens on: the server is down
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    spool = tmp_path / tracking.SPOOL
+    logger = tracking.step_logger("run-id", spool)
+    started = time.time()
+    for step in range(1, 6):
+        logger.on_log(None, SimpleNamespace(is_world_process_zero=True, global_step=step), None,
+                      logs={"loss": 1.0 / step, "note": "text is not a metric"})
+    assert time.time() - started < 30 and len(spool.read_text().splitlines()) == 5
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")  # the server is back
+    parent = tracking.start_pipeline_run("smoke", "tiny", [], "spooled")
+    assert tracking.replay_spool(parent, spool) == 5 and not spool.exists()
+    history = tracking.client().get_metric_history(parent, "loss")
+    assert sorted((m.step, m.value) for m in history) == [(s, 1.0 / s) for s in range(1, 6)]
