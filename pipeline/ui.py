@@ -59,13 +59,18 @@ def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: in
     # `posttrain run` and `serve` use this server, and link stages to this MLflow UI.
     api_url = f"http://{host}:{prefect_port}/api"
     write_server_record(api_url, procs[0].pid, f"http://{host}:{mlflow_port}")
-    checked = time.monotonic()
+    checked, status = time.monotonic(), 0
     try:
         while all(p.poll() is None for p in procs):
             time.sleep(1)
             if time.monotonic() - checked >= CLOSE_DEAD_RUNS_EVERY_S:
                 close_dead_runs(api_url)
                 checked = time.monotonic()
+        for name, p in zip(("the Prefect server", "the MLflow UI"), procs):
+            if p.poll() is not None:  # never a silent exit: say which one died, and how
+                print(f"posttrain ui: {name} (pid {p.pid}) exited with code {p.returncode}; stopping the other. "
+                      "Runs going on keep training; start `posttrain ui` again to watch them.", file=sys.stderr, flush=True)
+        status = 1
     except KeyboardInterrupt:
         pass
     finally:
@@ -78,4 +83,4 @@ def start_uis(host: str = "127.0.0.1", prefect_port: int = 4200, mlflow_port: in
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
         server_record().unlink(missing_ok=True)
-    return 0
+    return status

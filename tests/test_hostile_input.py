@@ -3,6 +3,7 @@ message naming the file (and line or YAML path), before any compute is spent."""
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +196,46 @@ def test_step_metrics_are_spooled_while_the_tracking_server_is_down_and_replayed
     assert tracking.replay_spool(parent, spool) == 5 and not spool.exists()
     history = tracking.client().get_metric_history(parent, "loss")
     assert sorted((m.step, m.value) for m in history) == [(s, 1.0 / s) for s in range(1, 6)]
+
+
+def _ppid(proc: Path) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return None
+
+
+def test_posttrain_ui_says_which_server_died_and_exits(tmp_path):
+    import signal
+    import socket
+    import subprocess
+    import urllib.request
+
+    from tests.conftest import POSTTRAIN, cli_env
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    mlflow_port = free_port()
+    ui = subprocess.Popen([POSTTRAIN, "ui", "--prefect-port", str(free_port()), "--mlflow-port", str(mlflow_port)],
+                          cwd=REPO, env=cli_env(tmp_path / "home"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while True:  # the MLflow UI answers
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{mlflow_port}/health", timeout=2)
+                break
+            except OSError:
+                assert time.time() < deadline and ui.poll() is None, "posttrain ui did not come up"
+                time.sleep(1)
+        children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                    and _ppid(p) == ui.pid and b"mlflow" in (p / "cmdline").read_bytes()]
+        os.killpg(children[0], signal.SIGKILL)  # the MLflow UI's process group (it is a session leader)
+        _, err = ui.communicate(timeout=30)
+        assert ui.returncode == 1 and "the MLflow UI (pid" in err and "exited with code" in err, err[-2000:]
+    finally:
+        if ui.poll() is None:
+            os.killpg(ui.pid, signal.SIGTERM)
