@@ -3,12 +3,46 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+import time
+
+STOP_GRACE_S = 8  # `serve` exits this long after SIGTERM/SIGINT at most, whatever its API's state
+SERVING = "POSTTRAIN_SERVING"  # set in the serving child, which the supervising parent stops
+
+
+def supervise_serve() -> int:
+    """Run `posttrain serve` as a child and stop it on SIGTERM/SIGINT: Prefect's own shutdown pauses
+    every deployment through the API, and with the server gone it waits on it for good; the child
+    gets the signal and STOP_GRACE_S to end, then it and its flow runs are killed as a group."""
+    child = subprocess.Popen([sys.argv[0], *sys.argv[1:]], env={**os.environ, SERVING: "1"}, start_new_session=True)
+    got: list[tuple[int, float]] = []
+
+    def stop(signum, _frame):
+        got.append((signum, time.monotonic()))
+        child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while child.poll() is None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=0.5)
+        if got and child.poll() is None and time.monotonic() - got[0][1] > STOP_GRACE_S:
+            print(f"posttrain serve: still shutting down after {STOP_GRACE_S} s (its Prefect API does not answer?); "
+                  "stopped", file=sys.stderr, flush=True)
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    return 128 + got[0][0] if got else child.returncode
 
 
 def cmd_serve(args) -> int:
     from pipeline import prefect_api
+
+    if not args.pool and not os.environ.get(SERVING):
+        return supervise_serve()
 
     if args.pool:
         if not os.environ.get("PREFECT_API_URL") and not prefect_api.running_server():

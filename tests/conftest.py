@@ -72,3 +72,11 @@ def cli_env(home: Path | None = None) -> dict:
 def run_cli(*args: str, env_home: Path | None = None, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([POSTTRAIN, *args], cwd=REPO, env=cli_env(env_home), capture_output=True, text=True,
                           timeout=timeout, **kw)
+
+
+def parent_pid(proc: Path) -> int | None:
+    """The parent pid of /proc/<pid> (None when the process is gone)."""
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return None

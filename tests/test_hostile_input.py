@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, parent_pid, run_cli
 
 SMOKE = (REPO / "recipes" / "smoke.yaml").read_text()
 
@@ -198,13 +198,6 @@ def test_step_metrics_are_spooled_while_the_tracking_server_is_down_and_replayed
     assert sorted((m.step, m.value) for m in history) == [(s, 1.0 / s) for s in range(1, 6)]
 
 
-def _ppid(proc: Path) -> int | None:
-    try:
-        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError):
-        return None
-
-
 def test_posttrain_ui_says_which_server_died_and_exits(tmp_path):
     import signal
     import socket
@@ -232,7 +225,7 @@ def test_posttrain_ui_says_which_server_died_and_exits(tmp_path):
                 assert time.time() < deadline and ui.poll() is None, "posttrain ui did not come up"
                 time.sleep(1)
         children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                    and _ppid(p) == ui.pid and b"mlflow" in (p / "cmdline").read_bytes()]
+                    and parent_pid(p) == ui.pid and b"mlflow" in (p / "cmdline").read_bytes()]
         os.killpg(children[0], signal.SIGKILL)  # the MLflow UI's process group (it is a session leader)
         _, err = ui.communicate(timeout=30)
         assert ui.returncode == 1 and "the MLflow UI (pid" in err and "exited with code" in err, err[-2000:]

@@ -20,7 +20,7 @@ import pytest
 
 from pipeline.home import tracking_uri
 from pipeline.prefect_api import free_port, healthy
-from tests.conftest import POSTTRAIN, REPO, cli_env
+from tests.conftest import POSTTRAIN, REPO, cli_env, parent_pid
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ def uis(home, tiny_model, tmp_path_factory):
             return len(httpx.post(f"{prefect}/api/deployments/filter", json={}, timeout=5).json())
         _wait("posttrain serve", lambda: deployments() >= 8, 180, procs[1], serve_log)
         assert f"using Prefect server {prefect}/api" in serve_log.read_text(), "serve must use the running server"
-        yield {"prefect": prefect, "mlflow": mlflow_ui, "serve_log": serve_log}
+        yield {"prefect": prefect, "mlflow": mlflow_ui, "serve_log": serve_log, "ui": procs[0], "serve": procs[1]}
     finally:
         for proc in reversed(procs):
             _stop(proc)
@@ -264,3 +264,18 @@ def test_a_killed_terminal_run_is_closed_by_the_ui_within_seconds(page, uis, hom
     page.goto(f"{uis['prefect']}/runs/flow-run/{dead['prefect_flow_run_id']}")
     page.get_by_text("Crashed", exact=True).first.wait_for()
     page.screenshot(path=SHOTS / "smoke_killed_crashed.png", full_page=True)
+
+
+def test_serve_exits_within_seconds_of_sigterm_when_its_server_is_gone(uis):
+    """Last in this module: it takes the UI's Prefect server away. Prefect's own shutdown would
+    pause every deployment through that dead API and wait on it for good."""
+    ui, serve = uis["ui"], uis["serve"]
+    (server,) = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and parent_pid(p) == ui.pid
+                 and b"prefect" in (p / "cmdline").read_bytes()]
+    os.killpg(server, signal.SIGKILL)
+    time.sleep(2)
+    started = time.monotonic()
+    os.killpg(serve.pid, signal.SIGTERM)
+    serve.wait(timeout=30)
+    assert time.monotonic() - started < 10, uis["serve_log"].read_text()[-2000:]
+    assert ui.wait(timeout=30) == 1  # and the UI said which server died
