@@ -24,7 +24,7 @@ from stages.kinds.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, eval
 from stages.kinds.registry import STAGE_KINDS
 from stages.kinds.runtime import StageContext, baseline_cache, load_stage_rows
 from stages.rollouts.ct2 import keep_conversions_in
-from stages.rollouts.engines import opened
+from stages.rollouts.engines import drain_opened
 
 
 def watch_flow(pid: int | None, every_s: float = 2.0) -> None:
@@ -76,7 +76,7 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
         if (ctx.output_dir / "budget_curve.png").exists():
             output.artifacts.append("budget_curve.png")
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
-    if engines := opened():  # what sampled, as it ran: `auto` resolved, precision, thread budget
+    if engines := drain_opened():  # what sampled, as it ran: `auto` resolved, precision, thread budget
         output.tags[tracking.GENERATION_TAG] = "; ".join(engines)
     if output.tags.get(tracking.SANDBOX_TAG) == "unsandboxed":
         print("posttrain: WARNING: this stage ran model-written code without a sandbox (allow_unsandboxed)", flush=True)

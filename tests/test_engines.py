@@ -9,7 +9,7 @@ from pipeline.recipe import RecipeError, load_recipe
 from stages.core.templates import render_prompt
 from stages.rollouts import SamplingSpec, engine_problems, open_engine, resolve_engine
 from stages.rollouts.ct2 import converted, keep_conversions_in
-from stages.rollouts.engines import opened
+from stages.rollouts.engines import drain_opened
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_sampling_gives_n_completions_per_prompt_reproducibly(tiny_model, prompt
     spec = SamplingSpec(max_new_tokens=12, temperature=1.0, n=3, batch_size=4, seed=7)
     first, again = engine.texts(prompts[:4], spec), engine.texts(prompts[:4], spec)
     assert [len(cs) for cs in first] == [3] * 4 and first == again
-    assert "ct2 int8" in " ".join(opened())  # what the stage will record
+    assert "ct2 int8" in " ".join(drain_opened()) and drain_opened() == []  # what the stage records, once
 
 
 def test_a_conversion_is_made_once_per_model(tiny_model, tmp_path):

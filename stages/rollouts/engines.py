@@ -44,9 +44,12 @@ class Engine:
         return f"{self.name} {self.precision}, {self.threads} thread(s)"
 
 
-def opened() -> list[str]:
-    """The engines this process has loaded, as the stage records them (engine, precision, threads)."""
-    return sorted(set(_OPENED))
+def drain_opened() -> list[str]:
+    """The engines this process loaded since the last call, as a stage records them (engine,
+    precision, threads); one worker process may run several stages (launcher mode `inprocess`)."""
+    found = sorted(set(_OPENED))
+    _OPENED.clear()
+    return found
 
 
 def engine_problems(engine: str, precision: str) -> list[str]:
