@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from stages.core.files import dir_fingerprint
+from stages.core.loading import whole_model
 from stages.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
 COMPUTE_TYPES = {"float32": "float32", "int8": "int8_float32"}
@@ -51,7 +52,8 @@ def converted(model_dir: str, trust_remote_code: bool = False) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
-        TransformersConverter(model_dir, trust_remote_code=trust_remote_code).convert(str(tmp / "model"), force=True)
+        with whole_model():  # the converter loads the HF model: on this rank alone, even inside a ZeRO-3 run
+            TransformersConverter(model_dir, trust_remote_code=trust_remote_code).convert(str(tmp / "model"), force=True)
         try:
             (tmp / "model").rename(final)
         except OSError:  # another process published it first
