@@ -53,9 +53,9 @@ def test_an_engine_is_refused_a_precision_or_machine_it_cannot_run(engine, preci
     assert any(message in p for p in engine_problems(engine, precision))
 
 
-def test_auto_is_ctranslate2_on_cpu_and_hf_where_only_hf_runs_the_precision():
-    assert resolve_engine("auto", "float32") == "ct2" and resolve_engine("auto", "int8") == "ct2"
-    assert resolve_engine("auto", "bfloat16") == "hf"
+def test_auto_is_the_engine_measured_fastest_here_for_the_precision():
+    assert resolve_engine("auto", "float32") == "hf" and resolve_engine("auto", "bfloat16") == "hf"
+    assert resolve_engine("auto", "int8") == "ct2"
 
 
 def test_a_profile_sets_generation_for_every_stage_and_the_evaluation(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """Which engine generates: `hf` (HF generate), `ct2` (CTranslate2, CPU), `vllm` (GPU), or `auto`,
 the fastest one available for the precision asked: on a GPU, vLLM with the [vllm] extra, else HF;
-on CPU, CTranslate2 where it converts the model, else HF.
+on CPU, HF for float32 and bfloat16, CTranslate2 for int8 (the only engine here that runs it).
 
 Precision is a generation setting of its own, never silently changed: float32 (every engine on
 CPU), bfloat16 (HF on AMX or a GPU; vLLM) or int8 (CTranslate2, weights in int8, activations in
@@ -75,8 +75,10 @@ def resolve_engine(engine: str, precision: str) -> str:
 
     if engine != "auto":
         return engine
-    # CTranslate2 here is the CPU engine; on a GPU without vLLM, HF on the GPU is faster
-    for candidate in ("vllm", "hf") if torch.cuda.is_available() else ("ct2", "hf"):
+    # Measured on the 2-core machine (benchmarks/RESULTS.md, fast generation): CTranslate2 float32
+    # runs at 0.66-0.93x HF float32's speed, its int8 at 0.95-1.2x; so on CPU, float32 stays HF
+    # and int8 is CTranslate2. On a GPU without vLLM, HF on the GPU.
+    for candidate in ("vllm", "hf") if torch.cuda.is_available() else ("hf", "ct2"):
         if precision in SUPPORTED[candidate] and not engine_problems(candidate, precision):
             return candidate
     return "hf"
