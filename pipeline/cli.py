@@ -28,6 +28,7 @@ def cmd_run(args) -> int:
     _load(args)  # refuse a bad recipe before Prefect or any model starts
     # Prefect cancels a flow run with SIGTERM; turn it into an exception so stage workers get killed.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops it, even when started with SIGINT ignored
     from pipeline import prefect_api, runs
 
     def warm_up():  # overlaps imports and MLflow's store set-up with a temporary server's start

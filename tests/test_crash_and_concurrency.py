@@ -96,7 +96,7 @@ def test_sigkill_of_the_run_leaves_no_process_and_the_rerun_resumes(tmp_path, ti
 def test_ctrl_c_stops_the_run_in_seconds_records_it_interrupted_and_the_rerun_resumes(tmp_path, tiny_model):
     """Ctrl-C in a terminal is SIGINT to the whole foreground process group."""
     home = tmp_path / "home"
-    args = ["run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=40",
+    args = ["run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=200",
             "--set", "stages.cold_start.save_steps=5", "--set", "eval=null"]
     with open(tmp_path / "run.log", "w") as out:
         proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=cli_env(home), stdout=out, stderr=subprocess.STDOUT,
