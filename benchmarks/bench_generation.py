@@ -214,6 +214,7 @@ def main() -> None:
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--continuous-batching", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--grpo", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--speed", action=argparse.BooleanOptionalAction, default=True, help="the engines' speed table")
     args = ap.parse_args()
     configure_environment()
     import torch
@@ -225,7 +226,8 @@ def main() -> None:
         f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in machine.items()))
     rows = load_rows("synthetic_math", "eval", max(args.prompts, args.accuracy_prompts), 0, {})
     prompts = [render_prompt("chat", r) for r in rows[:args.prompts]]
-    speed_table(model_dir, prompts, machine, params, args)
+    if args.speed:
+        speed_table(model_dir, prompts, machine, params, args)
     if args.accuracy_prompts:
         precision_table(model_dir, rows[:args.accuracy_prompts], args)
     if args.grpo:
