@@ -6,8 +6,8 @@ takes token ids in and gives token ids out, so the budget logic and the tokenize
 A model is converted once, in float32, into a cache keyed by its weights' checksum and the engine's
 version (`keep_conversions_in`; the worker points it at `$POSTTRAIN_HOME/cache/ct2`); the compute
 precision (float32, or int8 with float32 activations) is chosen when it is loaded. In float32 its
-greedy outputs equal HF's token for token on the fixed prompt sets we measured
-(benchmarks/bench_generation.py); int8 changes them, which is why it is a visible setting.
+greedy outputs equal HF's token for token on 64/64 base-SmolLM2 prompts and 197/200 of a trained
+one (benchmarks/RESULTS.md); int8 changes them, which is why it is a visible setting.
 """
 
 from __future__ import annotations
@@ -65,10 +65,15 @@ def converted(model_dir: str, trust_remote_code: bool = False) -> Path:
 
 
 def load_ct2(model_dir: str, precision: str, threads: int, trust_remote_code: bool = False):
+    return open_generator(converted(model_dir, trust_remote_code), precision, threads)
+
+
+def open_generator(conversion: Path, precision: str, threads: int):
+    """A generator on a conversion already made (no weights hashed again)."""
     import ctranslate2
 
-    return ctranslate2.Generator(str(converted(model_dir, trust_remote_code)), device="cpu",
-                                 compute_type=COMPUTE_TYPES[precision], intra_threads=threads, inter_threads=1)
+    return ctranslate2.Generator(str(conversion), device="cpu", compute_type=COMPUTE_TYPES[precision],
+                                 intra_threads=threads, inter_threads=1)
 
 
 def ct2_sampler(generator, tokenizer) -> TokenSampler:

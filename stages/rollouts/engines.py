@@ -114,11 +114,12 @@ def _load(model_dir: str, engine: str, precision: str, trust_remote_code: bool) 
             return generate_vllm(model_dir, prompts, spec, trust_remote_code, precision)
         return Engine("vllm", precision, threads, load_tokenizer(model_dir, trust_remote_code), run)
     if chosen == "ct2":
-        from stages.rollouts.ct2 import ct2_sampler, load_ct2
+        from stages.rollouts.ct2 import converted, ct2_sampler, open_generator
         from stages.rollouts.hf import load_tokenizer
 
         try:
-            generator = load_ct2(model_dir, precision, threads, trust_remote_code)
+            conversion = converted(model_dir, trust_remote_code)  # hashed and converted once per engine
+            generator = open_generator(conversion, precision, threads)
         except (ValueError, NotImplementedError) as e:  # an architecture its converter does not know
             if engine != "auto":
                 raise ValueError(f"engine ct2 cannot load {model_dir}: {e}") from e
@@ -134,7 +135,7 @@ def _load(model_dir: str, engine: str, precision: str, trust_remote_code: bool) 
                 # CTranslate2 seeds each worker thread's generator once, on its first draw: a
                 # fresh generator (about a second) is the only way to make `seed` reproducible
                 ctranslate2.set_random_seed(spec.seed)
-                sampler = load_ct2(model_dir, precision, threads, trust_remote_code)
+                sampler = open_generator(conversion, precision, threads)
             return complete(ct2_sampler(sampler, tokenizer), tokenizer, prompts, spec, progress)
         return Engine("ct2", precision, threads, tokenizer, run)
     from stages.rollouts.hf import hf_sampler, load_for_generation
