@@ -46,8 +46,7 @@ from pipeline.recipe import (
     list_recipes,
     load_recipe,
 )
-from pipeline.verify import quarantine
-from stages.core.files import corrupt_files, dir_fingerprint, write_json_atomic, write_manifest
+from stages.core.files import corrupt_files, dir_fingerprint, quarantine, write_json_atomic, write_manifest
 from stages.kinds.contracts import Lineage, StageOutput, StagePlan, StageResult, WorkerSpec
 from stages.kinds.launch import launch_key
 from stages.kinds.registry import STAGE_KINDS

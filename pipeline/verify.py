@@ -11,18 +11,10 @@ Cost: one read of each file per use (see benchmarks/RESULTS.md for the demo mode
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from pipeline.home import home
 from stages.core.files import corrupt_files
-
-
-def quarantine(out_dir: Path) -> Path:
-    """Move a corrupt published directory aside, so the stage is trained again."""
-    aside = out_dir.with_name(f"{out_dir.name}.corrupt-{int(time.time())}")
-    out_dir.rename(aside)
-    return aside
 
 
 def verify_stages(stages: list[dict]) -> list[str]:

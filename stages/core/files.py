@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -76,6 +77,14 @@ def corrupt_files(out_dir: Path) -> list[str]:
         elif sha256_file(path) != digest:
             bad.append(f"{path} (sha256 differs from the one recorded when it was written)")
     return bad
+
+
+def quarantine(path: Path) -> Path:
+    """Move a corrupt directory (a published output, a checkpoint) aside as `<name>.corrupt-<time>`:
+    kept for a look, never taken again."""
+    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+    path.rename(aside)
+    return aside
 
 
 def save_figure(fig, path: Path, dpi: int = 110) -> None:

@@ -16,7 +16,7 @@ from data_curation.ngrams import normalize
 from data_curation.preferences import load_pairs
 from data_curation.schema import check_row
 from data_curation.sources import load_rows
-from stages.core.files import corrupt_files, write_json_atomic, write_manifest
+from stages.core.files import corrupt_files, quarantine, write_json_atomic, write_manifest
 from stages.core.loading import whole_model
 from stages.core.text import question_text
 from stages.kinds.contracts import WorkerSpec
@@ -144,7 +144,6 @@ def last_checkpoint(ctx: StageContext) -> str | None:
     moved aside (`checkpoint-N.corrupt-<time>`, named in a warning) and the one before it resumed
     from. A checkpoint without a manifest (written before manifests existed) is taken as it is."""
     import shutil
-    import time
 
     if not ctx.checkpoint_dir.is_dir():
         return None
@@ -163,7 +162,7 @@ def last_checkpoint(ctx: StageContext) -> str | None:
         print(f"posttrain: WARNING: checkpoint {p} is corrupt ({'; '.join(bad)}); moved aside, trying the one "
               "before it", flush=True)
         if ctx.is_main:  # every rank reaches the same verdict; one moves it
-            p.rename(p.with_name(f"{p.name}.corrupt-{int(time.time())}"))
+            quarantine(p)
     return None
 
 
