@@ -5,7 +5,9 @@ take seconds to import, and `posttrain validate` or `--help` should not wait for
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
 import sys
 
@@ -57,13 +59,38 @@ def cmd_run(args) -> int:
         print(f"\nrun {run_id} interrupted; `posttrain run` again resumes it", file=sys.stderr)
         return 130
     except Exception as e:  # the stage error (with its worker log tail) was logged by Prefect
+        down = services_down()
+        with contextlib.suppress(LookupError):
+            if down and (record := runs.find(run_id))["status"] == "completed":
+                # Every stage is published and filed; only the flow run's last state update was lost.
+                record["services_closed"] = False  # the next run or `posttrain ui` closes it there
+                runs.save(record)
+                print(f"\nrun {run_id} completed, but {'; '.join(down)}: its flow run shows Running until the next "
+                      "`posttrain run` or `posttrain ui` closes it", file=sys.stderr)
+                return 0
         print(f"\nrun {run_id} failed: {e}", file=sys.stderr)
+        for service in down:
+            print(f"posttrain: {service}. Stages that finished are published; `posttrain run` again resumes "
+                  "once it is back, and closes this run's open Prefect and MLflow runs.", file=sys.stderr)
         return 1
     finally:
         try:
             print("\n" + runs.format_table(runs.find(run_id)))
         except LookupError:
             pass
+
+
+def services_down() -> list[str]:
+    """The services a failed run talks to that no longer answer, each named with its address: a
+    connection error deep in a client library rarely says which service it was."""
+    from pipeline import prefect_api, tracking
+
+    down = []
+    if (url := os.environ.get("PREFECT_API_URL")) and not prefect_api.healthy(url):
+        down.append(f"the Prefect API at {url} does not answer")
+    if tracking.is_server() and not prefect_api.healthy(tracking.tracking_uri().rstrip("/")):  # MLflow's /health
+        down.append(f"the MLflow tracking server at {tracking.tracking_uri()} does not answer")
+    return down
 
 
 def cmd_list(args) -> int:

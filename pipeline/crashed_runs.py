@@ -38,7 +38,7 @@ def close_crashed_runs(say=print) -> list[str]:
     return closed
 
 
-ENDED_OPEN = {"failed": "FAILED", "interrupted": "KILLED", "crashed": "KILLED"}
+ENDED_OPEN = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED", "crashed": "KILLED"}
 
 
 def close_left_open(say=print) -> list[str]:
@@ -48,13 +48,13 @@ def close_left_open(say=print) -> list[str]:
     for record in runs.left_open():
         with held(runs.run_lock(record["id"])):
             record = runs.load(record["id"])
-            if record.get("services_closed") or record.get("status") not in ENDED_OPEN:
+            if not runs.is_left_open(record):
                 continue
             try:
                 if parent := record.get("mlflow_run_id"):
                     _kill_mlflow_runs(parent, ENDED_OPEN[record["status"]])
                 if flow_run_id := record.get("prefect_flow_run_id"):
-                    _crash_flow_run(flow_run_id, record["id"])
+                    _crash_flow_run(flow_run_id, record["id"], completed=record["status"] == "completed")
             except Exception as e:  # a service still unreachable: the next closer tries again
                 say(f"run {record['id']}: could not close its MLflow/Prefect runs yet ({type(e).__name__})")
                 continue
@@ -93,14 +93,15 @@ def _kill_mlflow_runs(parent: str, status: str = "KILLED") -> None:
         c.set_terminated(parent, status)
 
 
-def _crash_flow_run(flow_run_id: str, run_id: str) -> None:
-    """The flow run and its unfinished task runs (the stage that was running) go to Crashed."""
+def _crash_flow_run(flow_run_id: str, run_id: str, completed: bool = False) -> None:
+    """The flow run and its unfinished task runs (the stage that was running) go to Crashed; the
+    flow run of a run that completed (its API went away at the end) goes to Completed."""
     from uuid import UUID
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.exceptions import ObjectNotFound
-    from prefect.states import Crashed
+    from prefect.states import Completed, Crashed
 
     message = f"posttrain run {run_id} ended without closing this flow run; closed afterwards by posttrain"
     with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
@@ -111,4 +112,4 @@ def _crash_flow_run(flow_run_id: str, run_id: str) -> None:
         for task_run in tasks:
             if not (task_run.state and task_run.state.is_final()):
                 client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
-        client.set_flow_run_state(flow_run.id, Crashed(message=message), force=True)
+        client.set_flow_run_state(flow_run.id, (Completed if completed else Crashed)(message=message), force=True)

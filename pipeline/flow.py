@@ -13,6 +13,7 @@ Data flow, top to bottom:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -154,14 +155,14 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
     child = tracking.start_stage_run(parent_run_id, plan.recipe, plan.name, plan.kind, plan.config, cache_key,
                                      lineage=plan.lineage)
     _link_mlflow_run(child, plan.name)
-    progress_id = create_progress_artifact(0.0, key=_artifact_key("progress", plan.name))
+    progress_id = _decoration(create_progress_artifact, 0.0, key=_artifact_key("progress", plan.name))
     spec = WorkerSpec.from_plan(plan, str(partial), os.getpid(), child)
     write_json_atomic(partial / "spec.json", spec.model_dump(mode="json"))
     env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(), "POSTTRAIN_HOME": str(home())}
 
     def on_progress(p: dict) -> None:
         if p.get("max_steps"):
-            update_progress_artifact(progress_id, 100.0 * p["step"] / p["max_steps"])
+            _decoration(update_progress_artifact, progress_id, 100.0 * p["step"] / p["max_steps"])
             logger.info("stage %s: step %s/%s %s", plan.name, p["step"], p["max_steps"],
                         {k: v for k, v in (p.get("logs") or {}).items() if k in ("loss", "reward", "learning_rate")})
 
@@ -169,10 +170,6 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
     try:
         run_worker(partial / "spec.json", plan.launcher, partial / "worker.log", env, on_progress)
         output = StageOutput.model_validate_json((partial / "result.json").read_text())
-        if replayed := tracking.replay_spool(child, partial / tracking.SPOOL):
-            logger.info("stage %s: %d steps of metrics the tracking server missed are logged now", plan.name, replayed)
-        samples = partial / "eval_samples.json"
-        tracking.log_stage_output(child, partial, output, json.loads(samples.read_text()) if samples.exists() else None)
         result = StageResult(name=plan.name, kind=plan.kind, cache_key=cache_key, mlflow_run_id=child,
                              output_dir=str(final), outputs=output.outputs, metrics=output.metrics,
                              fingerprints={o: dir_fingerprint(partial / rel) for o, rel in output.outputs.items()})
@@ -181,14 +178,48 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
         write_manifest(partial, output.outputs)  # checked whenever the output is taken again (pipeline.verify)
         publish_dir(partial, final)
     except BaseException:
-        tracking.end_run(child, ok=False)
+        with contextlib.suppress(Exception):  # a tracking server that is down: the next run's closer ends it
+            tracking.end_run(child, ok=False)
         raise
+    # Published first, tracked second: a tracking server that went away fails the run here (the CLI
+    # names it) but loses no training; the next run takes this output and replays the spool.
+    _log_to_mlflow(child, final, output, result, logger)
+    _decoration(update_progress_artifact, progress_id, 100.0)
+    _decoration(create_table_artifact, [{"metric": k, "value": round(v, 6)} for k, v in sorted(result.metrics.items())],
+                key=_artifact_key("metrics", plan.name), description=f"stage {plan.name}")
+    return result.model_dump()
+
+
+def _log_to_mlflow(child: str, final: Path, output: StageOutput, result: StageResult, logger) -> None:
+    """MLflow's copy of a published stage: the step metrics it missed, outputs, tags; then ended."""
+    _replay_spool(child, final, logger)
+    samples = final / "eval_samples.json"
+    tracking.log_stage_output(child, final, output, json.loads(samples.read_text()) if samples.exists() else None)
     tracking.tag_published(child, str(final), result.fingerprints)
     tracking.end_run(child, ok=True)
-    update_progress_artifact(progress_id, 100.0)
-    create_table_artifact([{"metric": k, "value": round(v, 6)} for k, v in sorted(result.metrics.items())],
-                          key=_artifact_key("metrics", plan.name), description=f"stage {plan.name}")
-    return result.model_dump()
+
+
+def _replay_spool(run_id: str, output_dir: Path, logger) -> None:
+    if replayed := tracking.replay_spool(run_id, output_dir / tracking.SPOOL):
+        logger.info("%s: %d steps of metrics the tracking server missed are logged now", output_dir.name, replayed)
+
+
+_prefect_down: list[str] = []  # set once the Prefect API fails a call; decorations stop being tried
+
+
+def _decoration(create, *args, **kwargs):
+    """A Prefect artifact (progress bar, links, tables): decoration, so a Prefect API that went away
+    costs one warning naming it, never the stage. Training goes on and is published; the task's own
+    state update then fails the run, and the CLI says which service it was."""
+    if _prefect_down:
+        return None
+    try:
+        return create(*args, **kwargs)
+    except Exception as e:
+        _prefect_down.append(os.environ.get("PREFECT_API_URL", "?"))
+        get_run_logger().warning("the Prefect API at %s does not answer (%s); the stage goes on without its "
+                                 "progress artifacts", _prefect_down[0], type(e).__name__)
+        return None
 
 
 def _artifact_mode(resolved: ResolvedRecipe) -> str:
@@ -241,8 +272,8 @@ def _record_cached(parent_id: str, plan: StagePlan, result: StageResult) -> str:
 
 def _link_mlflow_run(run_id: str, stage: str) -> None:
     """A link artifact on the flow run: from the Prefect UI to the stage's MLflow run."""
-    create_link_artifact(tracking.run_url(run_id), link_text=f"MLflow run of stage {stage}",
-                         key=_artifact_key("mlflow", stage))
+    _decoration(create_link_artifact, tracking.run_url(run_id), link_text=f"MLflow run of stage {stage}",
+                key=_artifact_key("mlflow", stage))
 
 
 @flow(name="posttrain", log_prints=True, persist_result=True)
@@ -271,8 +302,8 @@ def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[s
               "prefect_flow_run_id": flow_run_id,
               "stages": [{"name": s.name, "kind": s.kind, "status": "pending"} for s in resolved.recipe.stages]}
     runs.save(record)
-    create_link_artifact(record["mlflow_stages_url"], link_text="MLflow: the stages of this run side by side",
-                         key="mlflow-stages")
+    _decoration(create_link_artifact, record["mlflow_stages_url"],
+                link_text="MLflow: the stages of this run side by side", key="mlflow-stages")
     upstream: dict[str, StageResult] = {}
     try:
         for i, stage in enumerate(resolved.recipe.stages):
@@ -290,6 +321,8 @@ def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[s
                     result = StageResult.model_validate(state.result())
             cached = state.name == "Cached"
             reused = cached or result.reused  # served from a published directory, not trained by this run
+            if reused:  # step metrics the run that trained it could not log (its tracking server was down)
+                _replay_spool(result.mlflow_run_id, Path(result.output_dir), logger)
             child = _record_cached(parent, plan, result) if reused else result.mlflow_run_id
             from_upstream = {k: v for k, v in input_metrics(stage, result, upstream).items() if k not in result.metrics}
             if from_upstream:
@@ -331,8 +364,17 @@ def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[s
     finally:
         record["finished"] = time.time()
         runs.save(record)
-        done = [dict(name=s["name"], metrics=s["metrics"]) for s in record["stages"] if s.get("metrics")]
-        if done:
-            tracking.log_stage_comparison(parent, done, runs.comparison([record]))
-        tracking.end_run(parent, ok=record["status"] == "completed")
+        try:
+            done = [dict(name=s["name"], metrics=s["metrics"]) for s in record["stages"] if s.get("metrics")]
+            if done:
+                tracking.log_stage_comparison(parent, done, runs.comparison([record]))
+            tracking.end_run(parent, ok=record["status"] == "completed")
+        except Exception:
+            # Every stage is published; only MLflow's copy of the run is incomplete. The record says
+            # failed, so the next run (or `posttrain ui`) ends the MLflow run once the server is back.
+            # A run that failed already keeps its own error (a raise here would replace it).
+            if record["status"] == "completed":
+                record["status"] = "failed"
+                runs.save(record)
+                raise
     return record

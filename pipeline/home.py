@@ -43,6 +43,9 @@ def configure_environment() -> None:
     # seven retries with backoff; training spools its step metrics meanwhile (tracking.step_logger)
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    # Likewise Prefect: two retries (2 s, 4 s) instead of five (about a minute of backoff per call)
+    # before a run says its Prefect API went away; finished stages are published either way.
+    os.environ.setdefault("PREFECT_CLIENT_MAX_RETRIES", "2")
     # Stage results are what the cache stores; keep them with the rest of the state.
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(root / "prefect" / "storage"))

@@ -57,11 +57,16 @@ def dead_runs() -> list[dict]:
     return [r for r in _records() if died(r)]
 
 
+def is_left_open(r: dict) -> bool:
+    """An ended run whose MLflow and Prefect runs were not yet confirmed closed
+    (pipeline.crashed_runs.close_left_open): one that did not complete, or a completed one that
+    says so (`services_closed: false`: a service went away as it ended)."""
+    return bool(r.get("mlflow_run_id")) and (r.get("services_closed") is False or (
+        r.get("status") in ("failed", "interrupted", "crashed") and not r.get("services_closed")))
+
+
 def left_open() -> list[dict]:
-    """Ended runs (not running, not completed) whose MLflow and Prefect runs were not yet confirmed
-    closed (pipeline.crashed_runs.close_left_open)."""
-    return [r for r in _records() if r.get("status") in ("failed", "interrupted", "crashed")
-            and not r.get("services_closed") and r.get("mlflow_run_id")]
+    return [r for r in _records() if is_left_open(r)]
 
 
 def all_runs() -> list[dict]:

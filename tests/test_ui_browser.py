@@ -266,10 +266,28 @@ def test_a_killed_terminal_run_is_closed_by_the_ui_within_seconds(page, uis, hom
     page.screenshot(path=SHOTS / "smoke_killed_crashed.png", full_page=True)
 
 
-def test_serve_exits_within_seconds_of_sigterm_when_its_server_is_gone(uis):
-    """Last in this module: it takes the UI's Prefect server away. Prefect's own shutdown would
-    pause every deployment through that dead API and wait on it for good."""
+def test_a_prefect_server_that_goes_away_mid_stage_loses_no_work_and_serve_exits_in_seconds(uis, home, tmp_path):
+    """Last in this module: it takes the UI's Prefect server away while a terminal run trains.
+    The run's stages go on and are published; the run names the Prefect API that went away; `posttrain
+    serve` exits within seconds of SIGTERM (Prefect's own shutdown would pause every deployment
+    through the dead API and wait on it for good); `posttrain ui` says which server died; and once a
+    server is back, the dead run's flow run is closed."""
     ui, serve = uis["ui"], uis["serve"]
+    env = cli_env(home)
+    env.pop("PREFECT_API_URL", None)
+    before = set((home / "runs").glob("*.json"))
+    log = tmp_path / "run.log"
+    run = subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=400",
+                            "--set", "stages.cold_start.save_steps=1000", "--set", "eval=null"],
+                           cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    def record() -> dict | None:
+        new = [p for p in (home / "runs").glob("*.json") if p not in before]
+        return json.loads(new[0].read_text()) if new else None
+    def progress() -> Path | None:  # the stage's worker has taken its first steps (a key no other test uses)
+        return next((home / "stages" / "smoke").glob("cold_start-*.partial/progress.json"), None)
+    _wait("the run's first training steps", progress, 240, run, log)
+    published = progress().parent.with_suffix("")
     (server,) = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and parent_pid(p) == ui.pid
                  and b"prefect" in (p / "cmdline").read_bytes()]
     os.killpg(server, signal.SIGKILL)
@@ -279,3 +297,27 @@ def test_serve_exits_within_seconds_of_sigterm_when_its_server_is_gone(uis):
     serve.wait(timeout=30)
     assert time.monotonic() - started < 10, uis["serve_log"].read_text()[-2000:]
     assert ui.wait(timeout=30) == 1  # and the UI said which server died
+
+    # Prefect 3 orchestrates tasks in the run's own process: every stage trains and is published,
+    # and only the flow run's last state update is lost. The run says so and succeeds.
+    assert run.wait(timeout=600) == 0, log.read_text()[-3000:]
+    out = log.read_text()
+    assert f"completed, but the Prefect API at {uis['prefect']}/api does not answer" in out, out[-3000:]
+    assert json.loads((published / "result.json").read_text())["metrics"]["train/global_step"] == 400, out[-3000:]
+    dead = record()
+    assert dead["status"] == "completed" and dead["services_closed"] is False
+
+    port = uis["prefect"].rsplit(":", 1)[1]  # a server back on the same address closes what the run left open
+    again = subprocess.Popen([POSTTRAIN, "ui", "--prefect-port", port, "--mlflow-port", str(free_port())], cwd=REPO,
+                             env=env, stdout=(tmp_path / "ui.log").open("wb"), stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        def closed() -> bool:
+            with contextlib.suppress(httpx.HTTPError):
+                flow_run = httpx.get(f"{uis['prefect']}/api/flow_runs/{dead['prefect_flow_run_id']}", timeout=5).json()
+                return flow_run["state_type"] == "COMPLETED"
+            return False
+        _wait("the dead run's flow run to be closed", closed, 180, again, tmp_path / "ui.log")
+        assert record().get("services_closed")
+    finally:
+        _stop(again)
