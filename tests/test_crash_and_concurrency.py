@@ -1,7 +1,8 @@
 """Crashes leave nothing behind and concurrent runs are safe: SIGKILL of `posttrain run` takes its
-workers and its temporary Prefect API with it; two identical runs on a fresh home publish each stage
-once; a lock whose holder died never blocks; the next run closes a dead run in its record, MLflow and
-Prefect; `posttrain gc` frees what no kept run needs."""
+workers and its temporary Prefect API with it; Ctrl-C stops a run in seconds; a tracking server
+killed mid-stage costs no training; two recipes sharing stages, run at once on a fresh home, publish
+each stage once; a lock whose holder died never blocks; the next run closes a dead run in its record,
+MLflow and Prefect; `posttrain gc` frees what no kept run needs."""
 
 import json
 import os
@@ -117,22 +118,27 @@ def test_ctrl_c_stops_the_run_in_seconds_records_it_interrupted_and_the_rerun_re
         "train/resumed_from_step"] >= 5
 
 
-def test_two_identical_runs_on_a_fresh_home_publish_each_stage_once(tmp_path, tiny_model):
+def test_two_recipes_sharing_stages_run_at_once_on_a_fresh_home_publish_each_stage_once(tmp_path, tiny_model):
+    """`smoke` and a copy under another name, at once: their stages are identical (same cache key),
+    so one lock per key across recipes lets one train each stage while the other waits and takes it;
+    one published directory and one MLflow logged model per output."""
     from transformers import AutoModelForCausalLM
 
     home = tmp_path / "home"
-    procs = [subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", *QUICK], cwd=REPO, env=cli_env(home),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    twin = tmp_path / "smoke_twin.yaml"
+    twin.write_text((REPO / "recipes" / "smoke.yaml").read_text().replace("name: smoke", "name: smoke_twin", 1))
+    procs = [subprocess.Popen([POSTTRAIN, "run", recipe, "--profile", "tiny", *QUICK], cwd=REPO, env=cli_env(home),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for recipe in ("smoke", str(twin))]
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outputs)
-    stages = home / "stages" / "smoke"
-    assert not list(stages.glob("*.partial"))
+    assert not list((home / "stages").glob("*/*.partial"))
     for name in ("cold_start", "polish"):
-        (published,) = stages.glob(f"{name}-*")
+        (published,) = (home / "stages").glob(f"*/{name}-*")  # under whichever recipe trained it
         assert json.loads((published / "result.json").read_text())["name"] == name
         AutoModelForCausalLM.from_pretrained(published / "model")  # whole, loadable weights
     records = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json")]
-    assert len(records) == 2
+    assert sorted(r["recipe"] for r in records) == ["smoke", "smoke_twin"]
     for i in range(2):  # each stage trained by exactly one run; the other took the published result
         trained = [r for r in records if not r["stages"][i].get("reused")]
         assert len(trained) == 1 and all(r["stages"][i]["status"] == "completed" for r in records)
@@ -186,3 +192,63 @@ def test_gc_keeps_what_kept_runs_reference_and_what_live_runs_hold(tmp_path, tin
     assert gc.returncode == 0 and f"removed {stages / free}" in gc.stdout and "a live run holds its lock" in gc.stdout
     assert sorted(p.name for p in stages.iterdir()) == sorted(kept | {busy})
     assert len(list((home / "runs").glob("*.json"))) == 1
+
+
+def _mlflow_server(tmp_path: Path, port: int) -> subprocess.Popen:
+    """A real tracking server on loopback, with its own store (restarted on the same one)."""
+    log = (tmp_path / "mlflow-server.log").open("ab")
+    return subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1",
+                             "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                             "--artifacts-destination", str(tmp_path / "server-artifacts")],
+                            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_closed_later(tmp_path, tiny_model):
+    """The stage trains on with its step metrics spooled, is published, and the run fails naming the
+    tracking server. With the server back, the rerun takes the published stage (no retraining),
+    replays the spool into the run that trained it, and ends the first run's MLflow runs FAILED."""
+    import mlflow
+
+    from pipeline import tracking
+    from pipeline.prefect_api import free_port, healthy
+
+    home, port = tmp_path / "home", free_port()
+    uri = f"http://127.0.0.1:{port}"
+    env = {**cli_env(home), "MLFLOW_TRACKING_URI": uri}
+    args = ["run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=300",
+            "--set", "stages.cold_start.save_steps=1000", "--set", "eval=null"]
+    server = _mlflow_server(tmp_path, port)
+    try:
+        _wait_for(lambda: healthy(uri), 120, "the tracking server")
+        log = tmp_path / "run.log"
+        with open(log, "w") as out:
+            run = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        progress = _wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial/progress.json"), None)
+                             if (home / "stages" / "smoke").exists() else None, 240, "the stage's first steps")
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        assert run.wait(timeout=600) == 1
+        out = log.read_text()
+        assert f"the MLflow tracking server at {uri} does not answer" in out, out[-3000:]
+        published = progress.parent.with_suffix("")
+        assert json.loads((published / "result.json").read_text())["metrics"]["train/global_step"] == 300
+        spooled = [json.loads(line)["step"] for line in (published / tracking.SPOOL).read_text().splitlines()]
+        first = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
+        assert first["status"] == "failed" and spooled
+
+        server = _mlflow_server(tmp_path, port)
+        _wait_for(lambda: healthy(uri), 120, "the tracking server, back")
+        rerun = subprocess.run([POSTTRAIN, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+        second = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
+        assert second["stages"][0]["reused"] and second["stages"][0]["output_dir"] == str(published)
+        assert not (published / tracking.SPOOL).exists()
+        c = mlflow.MlflowClient(uri)
+        trained = json.loads((published / "result.json").read_text())["mlflow_run_id"]  # the stage's own run
+        assert {m.step for m in c.get_metric_history(trained, "loss")} >= set(spooled)
+        assert c.get_run(first["mlflow_run_id"]).info.status == "FAILED" and c.get_run(trained).info.status == "FAILED"
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
