@@ -156,11 +156,14 @@ def last_checkpoint(ctx: StageContext) -> str | None:
                 print(f"posttrain: removing incomplete checkpoint {p}", flush=True)
                 shutil.rmtree(p, ignore_errors=True)
     for p in reversed(complete):
-        if not (bad := corrupt_files(p)):
+        bad = corrupt_files(p)
+        # a checkpoint gone since the glob was moved aside by the main rank, which reached the same
+        # verdict (without its manifest it would read as an old checkpoint, taken as it is)
+        if not bad and p.is_dir():
             print(f"posttrain: resuming from {p}", flush=True)
             return str(p)
-        print(f"posttrain: WARNING: checkpoint {p} is corrupt ({'; '.join(bad)}); moved aside, trying the one "
-              "before it", flush=True)
+        why = "; ".join(bad) or "moved aside by the main rank"
+        print(f"posttrain: WARNING: checkpoint {p} is corrupt ({why}); moved aside, trying the one before it", flush=True)
         if ctx.is_main:  # every rank reaches the same verdict; one moves it
             quarantine(p)
     return None
