@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 SCORE = r"""
 import json, sys, time
-from stages.rewards import get_reward
+from toolkit.rewards import get_reward
 data = json.load(open(sys.argv[1]))
 reward = get_reward("code_exec", timeout_s=10, parallel=int(sys.argv[2]))
 reward(completions=data["completions"][:2], answer=data["answers"][:2])  # warm: bwrap probe, page cache

@@ -90,7 +90,7 @@ def main() -> int:
     for name, r in (("plain Python (sets of tuples)", p), ("posttrain (bulk hashed)", o)):
         print(f"| {name} | {r['seconds']:.2f} | {a.train / r['seconds']:,.0f} | {r['flagged']} | {r['max_rss_mb']:.0f} MB |")
     from data_curation.sources import load_rows
-    from stages.core.text import question_text
+    from toolkit.core.text import question_text
 
     real = load_rows("champ", "all") + load_rows("humaneval", "all")
     short = sum(len(question_text(r).split()) < a.ngram for r in real)

@@ -27,9 +27,9 @@ if __name__ == "__main__":
 
     from data_curation.report import EverythingRemoved
     from data_curation.sources import load_rows
-    from pipeline.home import configure_environment
-    from pipeline.models import resolve_model
-    from stages.kinds.curation import DifficultyFilterConfig, curate
+    from pipeline.models.named import resolve_model
+    from pipeline.store.home import configure_environment
+    from stages.curation import DifficultyFilterConfig, curate
 
     configure_environment()
     model_dir = resolve_model(a.model)

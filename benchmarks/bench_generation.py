@@ -30,16 +30,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from data_curation.sources import load_rows
-from pipeline.home import configure_environment
-from pipeline.models import resolve_model
-from stages.core.stats import paired_change, rate_interval
-from stages.core.templates import render_prompt
-from stages.core.text import is_well_formed
-from stages.rewards.verifiers import score_rows
-from stages.rollouts import SamplingSpec, open_engine, render
-from stages.rollouts.engines import Engine
-from stages.rollouts.hf import hf_sampler, load_for_generation
-from stages.rollouts.sampling import complete
+from pipeline.models.named import resolve_model
+from pipeline.store.home import configure_environment
+from toolkit.core.stats import paired_change, rate_interval
+from toolkit.core.templates import render_prompt
+from toolkit.core.text import is_well_formed
+from toolkit.rewards.verifiers import score_rows
+from toolkit.rollouts import SamplingSpec, open_engine, render
+from toolkit.rollouts.engines import Engine
+from toolkit.rollouts.hf import hf_sampler, load_for_generation
+from toolkit.rollouts.sampling import complete
 
 
 def machine_limits(threads: int) -> dict[str, float]:
@@ -182,7 +182,7 @@ def precision_table(model_dir: str, rows: list[dict], args) -> None:
 def grpo_refresh(model_dir: str, prompts: list, args) -> None:
     """One demo GRPO step's generation (16 completions of 128 tokens) by HF float32 and CTranslate2
     int8, and the cost of giving CTranslate2 new weights (save the policy, convert)."""
-    from stages.rollouts.ct2 import converted, keep_conversions_in
+    from toolkit.rollouts.ct2 import converted, keep_conversions_in
 
     spec = SamplingSpec(max_new_tokens=128, temperature=1.0, n=4, batch_size=4)
     chosen = prompts[:4]

@@ -60,7 +60,7 @@ def main() -> int:
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("PREFECT_HOME", None)
     os.environ.update(POSTTRAIN_HOME=env["POSTTRAIN_HOME"])
-    from pipeline.models import resolve_model
+    from pipeline.models.named import resolve_model
     from pipeline.recipe import load_recipe
 
     stages = {s.name: s for s in load_recipe("qwen3", a.profile).recipe.stages}  # the profile's student, teacher

@@ -60,7 +60,7 @@ def main() -> int:
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("PREFECT_HOME", None)
     os.environ.update(POSTTRAIN_HOME=env["POSTTRAIN_HOME"])
-    from pipeline.models import resolve_model
+    from pipeline.models.named import resolve_model
 
     base = load_recipe("r1_zero", a.profile).recipe.stages[0].model
     model_dir = str(resolve_model(base))

@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=5.0)
     args = ap.parse_args()
 
-    from stages.rewards.math import score_math, shared_pool
+    from toolkit.rewards.math import score_math, shared_pool
 
     comps, golds = completions(args.n)
     items = [(g, c, True) for g, c in zip(golds, comps)]

@@ -15,9 +15,9 @@ import argparse
 import time
 
 from data_curation.sources import load_rows
-from pipeline.home import configure_environment
-from pipeline.models import resolve_model
-from stages.rollouts import SamplingSpec, open_engine
+from pipeline.models.named import resolve_model
+from pipeline.store.home import configure_environment
+from toolkit.rollouts import SamplingSpec, open_engine
 
 
 def timed_generation(engine, prompts, spec: SamplingSpec) -> tuple[float, int, list]:
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=96)
     ap.add_argument("--answer", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--engine", default="hf", help="hf, ct2 or auto (stages.rollouts.engines)")
+    ap.add_argument("--engine", default="hf", help="hf, ct2 or auto (toolkit.rollouts.engines)")
     ap.add_argument("--samples", type=int, default=4, help="rejection sampling: completions per prompt")
     args = ap.parse_args()
     configure_environment()

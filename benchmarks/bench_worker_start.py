@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def spec_for(work: Path, run_id: str, rows_path: Path, i: int) -> Path:
-    from stages.kinds.contracts import WorkerSpec
+    from stages.contracts import WorkerSpec
 
     out = work / f"out-{i}"
     out.mkdir()

@@ -23,7 +23,7 @@ def reevaluate(home: Path, n: int) -> None:
     os.environ["POSTTRAIN_HOME"] = str(home)
     sys.path.insert(0, str(ROOT))
     from data_curation.sources import load_rows
-    from stages.kinds.evaluate import EvalSpec, evaluate
+    from stages.evaluate import EvalSpec, evaluate
 
     stages = {s["name"]: s for s in latest_stages({**os.environ})}
     if not {"distill_off", "teacher_sft"} <= set(stages):

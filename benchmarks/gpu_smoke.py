@@ -35,7 +35,7 @@ def build_model(out: Path, dims: dict, home: Path) -> int:
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
     os.environ["POSTTRAIN_HOME"] = str(home)
-    from pipeline.models import ensure_named_model
+    from pipeline.models.named import ensure_named_model
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_named_model("tiny-qwen3"))
     config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 def write_verbose_rows(path: Path, n: int = 1024) -> Path:
     """Two-digit sums whose thinking re-checks itself twice: the padded side of `padded_pairs`."""
     from data_curation.sources import load_rows
-    from stages.kinds.preference_pairs import padded_pairs
+    from stages.preference_pairs import padded_pairs
 
     rows = {r["id"]: r for r in load_rows("synthetic_math", "train", n, 0, {"difficulties": [1]})}
     with path.open("w") as f:

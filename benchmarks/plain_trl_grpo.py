@@ -19,7 +19,7 @@ if __name__ == "__main__":
     from trl import GRPOConfig, GRPOTrainer
 
     from data_curation.sources import load_rows
-    from stages.rewards import get_reward
+    from toolkit.rewards import get_reward
 
     rows = load_rows("synthetic_math", "train", cfg["rows"], 0, {"difficulties": [1]})
     data = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])

@@ -16,12 +16,12 @@ import tempfile
 from pathlib import Path
 
 from data_curation.sources import load_rows
-from pipeline.home import configure_environment
-from pipeline.models import ensure_named_model
-from stages.kinds import dpo, reward_model, sft
-from stages.kinds.evaluate import EvalSpec, evaluate
-from stages.kinds.preference_pairs import corrupted_pairs, padded_pairs
-from stages.kinds.runtime import StageContext
+from pipeline.models.named import ensure_named_model
+from pipeline.store.home import configure_environment
+from stages import dpo, reward_model, sft
+from stages.evaluate import EvalSpec, evaluate
+from stages.preference_pairs import corrupted_pairs, padded_pairs
+from stages.runtime import StageContext
 
 
 def write_pairs(path: Path, pairs: list[dict]) -> Path:

@@ -26,7 +26,7 @@ def main() -> int:
                    check=True, capture_output=True)
     import mlflow
 
-    from stages.kinds.rl_curves import fifths
+    from stages.rl_curves import fifths
 
     client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
     exp = client.get_experiment_by_name("posttrain/rm_scored_rl")

@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 
 from data_curation.ngrams import HashSet, chunk_hits, chunk_ngram_hashes, word_ngrams
-from stages.core.text import question_text
+from toolkit.core.text import question_text
 
 Mode = Literal["any", "coverage"]
 

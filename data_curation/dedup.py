@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Iterable, Iterator
 
 from data_curation.ngrams import normalize
-from stages.core.text import question_text
+from toolkit.core.text import question_text
 
 
 def dedup(rows: Iterable[dict], near: bool = True, threshold: float = 0.8, num_perm: int = 128,

@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from stages.core.text import split_thinking
-from stages.core.thinking import (
+from toolkit.core.text import split_thinking
+from toolkit.core.thinking import (
     Mode,
     governing_mode,
     no_thinking_response,

@@ -21,7 +21,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from data_curation.trace_filter import trace_problem
-from stages.core.text import split_thinking
+from toolkit.core.text import split_thinking
 
 SELECTIONS = ("all_correct", "shortest_correct", "first_correct")
 

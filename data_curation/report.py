@@ -9,7 +9,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from stages.core.files import save_figure, write_json_atomic
+from toolkit.core.files import save_figure, write_json_atomic
 
 EXAMPLES_PER_REASON = 5
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 
-from stages.core.templates import render_prompt, with_instruction
-from stages.rewards.verifiers import score_rows
-from stages.rollouts import SamplingSpec, rollout
+from toolkit.core.templates import render_prompt, with_instruction
+from toolkit.rewards.verifiers import score_rows
+from toolkit.rollouts import SamplingSpec, rollout
 
 NO_COT_INSTRUCTION = ("Answer with only the final answer in \\boxed{}, without any reasoning or explanation.")
 

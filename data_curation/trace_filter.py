@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from stages.core.language import consistency
-from stages.core.text import extract_answer, split_thinking
+from toolkit.core.language import consistency
+from toolkit.core.text import extract_answer, split_thinking
 
 FENCE = re.compile(r"```")
 LAST_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")

@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import time
 
-from pipeline import runs, tracking
-from pipeline.locks import held
+from pipeline.store import runs
+from pipeline.store.locks import held
+from pipeline.tracking import mlflow_runs
 
 
 def close_crashed_runs(say=print) -> list[str]:
@@ -81,9 +82,9 @@ def _close(record: dict) -> None:
 def _kill_mlflow_runs(parent: str, status: str = "KILLED") -> None:
     from mlflow.exceptions import MlflowException
 
-    c = tracking.client()
+    c = mlflow_runs.client()
     try:
-        experiment = tracking.experiment_of(parent)
+        experiment = mlflow_runs.experiment_of(parent)
     except MlflowException:  # the store was moved or reset: nothing there to close
         return
     live = c.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{parent}' and attributes.status = 'RUNNING'")

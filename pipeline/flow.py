@@ -32,13 +32,10 @@ from prefect.artifacts import (
 from prefect.exceptions import ExternalSignal
 
 from data_curation.sources import source_fingerprint
-from pipeline import model_store, runs, tracking
 from pipeline.crashed_runs import close_crashed_runs, close_left_open
 from pipeline.gates import GateFailed, baseline_plan, candidate_refusal, gate_failure, input_metrics
-from pipeline.home import home, publish_dir
-from pipeline.launcher import run_worker
-from pipeline.locks import held, model_lock, stage_lock
-from pipeline.models import resolve_with_fingerprint
+from pipeline.launch.workers import run_worker
+from pipeline.models.named import resolve_with_fingerprint
 from pipeline.recipe import (
     ResolvedRecipe,
     deepspeed_config_path,
@@ -47,10 +44,14 @@ from pipeline.recipe import (
     list_recipes,
     load_recipe,
 )
-from stages.core.files import corrupt_files, dir_fingerprint, quarantine, write_json_atomic, write_manifest
-from stages.kinds.contracts import Lineage, StageOutput, StagePlan, StageResult, WorkerSpec
-from stages.kinds.launch import launch_key
-from stages.kinds.registry import STAGE_KINDS
+from pipeline.store import runs
+from pipeline.store.home import home, publish_dir
+from pipeline.store.locks import held, model_lock, stage_lock
+from pipeline.tracking import logged_models, mlflow_runs
+from stages.contracts import Lineage, StageOutput, StagePlan, StageResult, WorkerSpec
+from stages.launch import launch_key
+from stages.registry import STAGE_KINDS
+from toolkit.core.files import corrupt_files, dir_fingerprint, quarantine, write_json_atomic, write_manifest
 
 RecipeName = Literal[tuple(list_recipes())]  # dropdowns in the Prefect UI
 ProfileName = Literal[tuple(list_profiles())]
@@ -152,13 +153,13 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
     partial.mkdir(parents=True, exist_ok=True)
     write_json_atomic(partial / "stage_config.json", plan.model_dump(
         mode="json", include={"name", "kind", "config", "inputs", "eval", "cache_key", "fingerprints"}))
-    child = tracking.start_stage_run(parent_run_id, plan.recipe, plan.name, plan.kind, plan.config, cache_key,
+    child = mlflow_runs.start_stage_run(parent_run_id, plan.recipe, plan.name, plan.kind, plan.config, cache_key,
                                      lineage=plan.lineage)
     _link_mlflow_run(child, plan.name)
     progress_id = _decoration(create_progress_artifact, 0.0, key=_artifact_key("progress", plan.name))
     spec = WorkerSpec.from_plan(plan, str(partial), os.getpid(), child)
     write_json_atomic(partial / "spec.json", spec.model_dump(mode="json"))
-    env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(), "POSTTRAIN_HOME": str(home())}
+    env = {"MLFLOW_TRACKING_URI": mlflow_runs.tracking_uri(), "POSTTRAIN_HOME": str(home())}
 
     def on_progress(p: dict) -> None:
         if p.get("max_steps"):
@@ -168,18 +169,18 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
 
     logger.info("stage %s (%s): output %s; log %s", plan.name, plan.kind, final, partial / "worker.log")
     try:
-        run_worker(partial / "spec.json", plan.launcher, partial / "worker.log", env, on_progress)
+        run_worker(partial / "spec.json", plan.launcher, partial / "worker.log", env, on_progress, _run_in_this_process)
         output = StageOutput.model_validate_json((partial / "result.json").read_text())
         result = StageResult(name=plan.name, kind=plan.kind, cache_key=cache_key, mlflow_run_id=child,
                              output_dir=str(final), outputs=output.outputs, metrics=output.metrics,
                              fingerprints={o: dir_fingerprint(partial / rel) for o, rel in output.outputs.items()})
         shutil.rmtree(partial / "checkpoints", ignore_errors=True)  # the final model supersedes them
         write_json_atomic(partial / "result.json", result.model_dump())
-        write_manifest(partial, output.outputs)  # checked whenever the output is taken again (pipeline.verify)
+        write_manifest(partial, output.outputs)  # checked whenever the output is taken again (pipeline.store.verify)
         publish_dir(partial, final)
     except BaseException:
         with contextlib.suppress(Exception):  # a tracking server that is down: the next run's closer ends it
-            tracking.end_run(child, ok=False)
+            mlflow_runs.end_run(child, ok=False)
         raise
     # Published first, tracked second: a tracking server that went away fails the run here (the CLI
     # names it) but loses no training; the next run takes this output and replays the spool.
@@ -190,17 +191,23 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
     return result.model_dump()
 
 
+def _run_in_this_process(spec: WorkerSpec) -> None:
+    from pipeline.worker import run_spec  # imports torch: only the in-process launcher mode pays for it
+
+    run_spec(spec)
+
+
 def _log_to_mlflow(child: str, final: Path, output: StageOutput, result: StageResult, logger) -> None:
     """MLflow's copy of a published stage: the step metrics it missed, outputs, tags; then ended."""
     _replay_spool(child, final, logger)
     samples = final / "eval_samples.json"
-    tracking.log_stage_output(child, final, output, json.loads(samples.read_text()) if samples.exists() else None)
-    tracking.tag_published(child, str(final), result.fingerprints)
-    tracking.end_run(child, ok=True)
+    mlflow_runs.log_stage_output(child, final, output, json.loads(samples.read_text()) if samples.exists() else None)
+    mlflow_runs.tag_published(child, str(final), result.fingerprints)
+    mlflow_runs.end_run(child, ok=True)
 
 
 def _replay_spool(run_id: str, output_dir: Path, logger) -> None:
-    if replayed := tracking.replay_spool(run_id, output_dir / tracking.SPOOL):
+    if replayed := mlflow_runs.replay_spool(run_id, output_dir / mlflow_runs.SPOOL):
         logger.info("%s: %d steps of metrics the tracking server missed are logged now", output_dir.name, replayed)
 
 
@@ -223,7 +230,7 @@ def _decoration(create, *args, **kwargs):
 
 
 def _artifact_mode(resolved: ResolvedRecipe) -> str:
-    return resolved.recipe.tracking.model_artifacts or model_store.default_mode()
+    return resolved.recipe.tracking.model_artifacts or logged_models.default_mode()
 
 
 def _file_model(resolved: ResolvedRecipe, stage, final: bool, result: StageResult, child: str, entry: dict) -> None:
@@ -232,17 +239,17 @@ def _file_model(resolved: ResolvedRecipe, stage, final: bool, result: StageResul
     mode = _artifact_mode(resolved)
     model_dir = Path(result.output_dir) / result.outputs["model"]
     with held(model_lock(Path(result.output_dir).name)):  # a run that waited finds the model the first one logged
-        model_id = model_store.ensure_logged_model(result.mlflow_run_id, child, stage.name, model_dir,
+        model_id = logged_models.ensure_logged_model(result.mlflow_run_id, child, stage.name, model_dir,
                                                    result.fingerprints["model"], result.metrics, mode)
     entry["logged_model_id"] = model_id
     if stage.registry is False or not (final or stage.registry):
         return
     name = stage.registry if isinstance(stage.registry, str) else f"posttrain-{resolved.recipe.name}"
     tags = {"posttrain.recipe": resolved.recipe.name, "posttrain.profile": str(resolved.profile),
-            "posttrain.stage": stage.name, "posttrain.git_commit": tracking.git_commit()}
-    refused = candidate_refusal(Path(result.output_dir), model_store.candidate_output_dir(name))
-    entry["registry"] = {"name": name, "version": model_store.register(model_id, name, child, tags, refused),
-                         "alias": None if refused else model_store.CANDIDATE}
+            "posttrain.stage": stage.name, "posttrain.git_commit": mlflow_runs.git_commit()}
+    refused = candidate_refusal(Path(result.output_dir), logged_models.candidate_output_dir(name))
+    entry["registry"] = {"name": name, "version": logged_models.register(model_id, name, child, tags, refused),
+                         "alias": None if refused else logged_models.CANDIDATE}
     if refused:
         entry["registry"]["candidate_refused"] = refused
         get_run_logger().warning("%s: candidate stays where it was: %s", name, refused)
@@ -262,17 +269,17 @@ def _execute(stage, plan: StagePlan, parent: str, entry: dict):
 
 def _record_cached(parent_id: str, plan: StagePlan, result: StageResult) -> str:
     """A child run for a stage served from cache, so this pipeline run compares complete in MLflow."""
-    child = tracking.start_stage_run(parent_id, plan.recipe, plan.name, plan.kind, plan.config,
+    child = mlflow_runs.start_stage_run(parent_id, plan.recipe, plan.name, plan.kind, plan.config,
                                      plan.cache_key, cached_from=result.mlflow_run_id, lineage=plan.lineage)
-    tracking.log_metrics(child, result.metrics)
-    tracking.end_run(child, ok=True)
+    mlflow_runs.log_metrics(child, result.metrics)
+    mlflow_runs.end_run(child, ok=True)
     _link_mlflow_run(child, plan.name)
     return child
 
 
 def _link_mlflow_run(run_id: str, stage: str) -> None:
     """A link artifact on the flow run: from the Prefect UI to the stage's MLflow run."""
-    _decoration(create_link_artifact, tracking.run_url(run_id), link_text=f"MLflow run of stage {stage}",
+    _decoration(create_link_artifact, mlflow_runs.run_url(run_id), link_text=f"MLflow run of stage {stage}",
                 key=_artifact_key("mlflow", stage))
 
 
@@ -295,10 +302,10 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
 
 def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[str], run_id: str,
                 flow_run_id: str, logger) -> dict:
-    parent = tracking.start_pipeline_run(resolved.recipe.name, profile, overrides, run_id)
+    parent = mlflow_runs.start_pipeline_run(resolved.recipe.name, profile, overrides, run_id)
     record = {"id": run_id, "recipe": resolved.recipe.name, "profile": profile, "overrides": overrides,
               "started": time.time(), "status": "running", "mlflow_run_id": parent,
-              "mlflow_url": tracking.run_url(parent), "mlflow_stages_url": tracking.stages_view_url(parent),
+              "mlflow_url": mlflow_runs.run_url(parent), "mlflow_stages_url": mlflow_runs.stages_view_url(parent),
               "prefect_flow_run_id": flow_run_id,
               "stages": [{"name": s.name, "kind": s.kind, "status": "pending"} for s in resolved.recipe.stages]}
     runs.save(record)
@@ -326,14 +333,14 @@ def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[s
             child = _record_cached(parent, plan, result) if reused else result.mlflow_run_id
             from_upstream = {k: v for k, v in input_metrics(stage, result, upstream).items() if k not in result.metrics}
             if from_upstream:
-                tracking.log_metrics(child, from_upstream)
+                mlflow_runs.log_metrics(child, from_upstream)
             entry.update(status="completed", cached=cached, reused=reused, metrics={**result.metrics, **from_upstream},
-                         mlflow_run_id=child, mlflow_url=tracking.run_url(child), output_dir=result.output_dir,
+                         mlflow_run_id=child, mlflow_url=mlflow_runs.run_url(child), output_dir=result.output_dir,
                          cache_key=plan.cache_key)
             if "model" in result.outputs:
                 _file_model(resolved, stage, i == len(resolved.recipe.stages) - 1, result, child, entry)
             if not reused:  # a reused stage's datasets are on the run that made them
-                model_store.log_datasets(child, stage.name, Path(result.output_dir), result.outputs,
+                logged_models.log_datasets(child, stage.name, Path(result.output_dir), result.outputs,
                                          result.fingerprints, _artifact_mode(resolved))
             upstream[stage.name] = result
             how = "cached" if cached else "reused (published by another run)" if reused else "completed"
@@ -341,15 +348,15 @@ def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[s
             runs.save(record)
             if stage.gate and (failure := gate_failure(stage.name, stage.gate, entry["metrics"])):
                 entry["gate"] = failure
-                tracking.tag_gate(child, failure)
+                mlflow_runs.tag_gate(child, failure)
                 if stage.gate.on_fail == "stop":
                     entry["status"] = "gate_failed"
                     raise GateFailed(failure)
                 logger.warning("%s; going on (on_fail: warn)", failure)
                 runs.save(record)
             elif stage.gate and entry.get("registry"):  # the gate passed: this version is the champion
-                model_store.promote(entry["registry"]["name"], entry["registry"]["version"])
-                entry["registry"]["alias"] = model_store.CHAMPION
+                logged_models.promote(entry["registry"]["name"], entry["registry"]["version"])
+                entry["registry"]["alias"] = logged_models.CHAMPION
                 runs.save(record)
         record["status"] = "completed"
     except BaseException as e:
@@ -367,8 +374,8 @@ def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[s
         try:
             done = [dict(name=s["name"], metrics=s["metrics"]) for s in record["stages"] if s.get("metrics")]
             if done:
-                tracking.log_stage_comparison(parent, done, runs.comparison([record]))
-            tracking.end_run(parent, ok=record["status"] == "completed")
+                mlflow_runs.log_stage_comparison(parent, done, runs.comparison([record]))
+            mlflow_runs.end_run(parent, ok=record["status"] == "completed")
         except Exception:
             # Every stage is published; only MLflow's copy of the run is incomplete. The record says
             # failed, so the next run (or `posttrain ui`) ends the MLflow run once the server is back.

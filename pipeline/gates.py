@@ -22,12 +22,12 @@ import hashlib
 import json
 from pathlib import Path
 
-from pipeline.home import home
-from stages.core.fingerprints import code_fingerprint
-from stages.core.stats import paired_change
-from stages.kinds.common import PAIRED_METRICS, GateSpec
-from stages.kinds.contracts import StageResult
-from stages.kinds.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES
+from pipeline.store.home import home
+from stages.common import PAIRED_METRICS, GateSpec
+from stages.contracts import StageResult
+from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES
+from toolkit.core.fingerprints import code_fingerprint
+from toolkit.core.stats import paired_change
 
 INPUT = "input/"
 CHANGE = "change/"
@@ -55,7 +55,7 @@ def baseline_plan(stage, eval_spec: dict | None, fingerprints: dict[str, str],
     if eval_spec is None or stage.EVAL_INPUT is None or evaluated_input_stage(stage, upstream):
         return None
     material = {"model": fingerprints[stage.EVAL_INPUT], "eval": eval_spec, "eval_data": fingerprints["eval_data"],
-                "code": code_fingerprint(("stages.kinds.evaluate",))}
+                "code": code_fingerprint(("stages.evaluate",))}
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
     return {"input": stage.EVAL_INPUT, "path": str(home() / "baselines" / f"{key}.json")}
 

@@ -19,16 +19,16 @@ from pydantic import Field, ValidationError
 
 from data_curation.sources import check_data_spec
 from pipeline import yaml_files
-from pipeline.models import check_model_ref
-from pipeline.probe_cache import remembered_probes
-from pipeline.tokenizer_check import distill_tokenizer_errors
-from stages.kinds.common import Strict, field_loc
-from stages.kinds.evaluate import EvalSpec
-from stages.kinds.launch import host_slots
-from stages.kinds.registry import STAGE_CONFIGS
-from stages.kinds.reward_reach import scope_mismatches, unreachable_rewards
-from stages.rewards import check_reward_specs
-from stages.rewards.earnable import unearnable
+from pipeline.models.named import check_model_ref
+from pipeline.models.tokenizer_check import distill_tokenizer_errors
+from pipeline.store.probe_cache import remembered_probes
+from stages.common import Strict, field_loc
+from stages.evaluate import EvalSpec
+from stages.launch import host_slots
+from stages.registry import STAGE_CONFIGS
+from stages.reward_reach import scope_mismatches, unreachable_rewards
+from toolkit.rewards import check_reward_specs
+from toolkit.rewards.earnable import unearnable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO_ROOT / "recipes"

@@ -1,9 +1,9 @@
 """The process a stage runs in: `python -m pipeline.worker SPEC.json` (or one per rank under
 `deepspeed`). It trains, evaluates on rank 0 when the plan says so, streams step metrics to the
-MLflow run the spec names (through pipeline.tracking), and writes result.json (a StageOutput) into
+MLflow run the spec names (through pipeline.tracking.mlflow_runs), and writes result.json (a StageOutput) into
 the stage's still partial output directory; the flow logs that output to MLflow. A stage without a
 trainer (data curation) never imports MLflow or torch here. The spec is a WorkerSpec
-(stages.kinds.contracts) written by the flow.
+(stages.contracts) written by the flow.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import threading
 import time
 from pathlib import Path
 
-from pipeline import tracking
-from pipeline.home import home
-from pipeline.processes import die_with_parent
-from stages.core.files import write_json_atomic
-from stages.kinds.contracts import StageOutput, WorkerSpec
-from stages.kinds.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, evaluate, evaluate_once
-from stages.kinds.registry import STAGE_KINDS
-from stages.kinds.runtime import StageContext, baseline_cache, load_stage_rows
-from stages.rollouts.ct2 import keep_conversions_in
-from stages.rollouts.engines import drain_opened
+from pipeline.launch.processes import die_with_parent
+from pipeline.store.home import home
+from pipeline.tracking import mlflow_runs
+from stages.contracts import StageOutput, WorkerSpec
+from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, evaluate, evaluate_once
+from stages.registry import STAGE_KINDS
+from stages.runtime import StageContext, baseline_cache, load_stage_rows
+from toolkit.core.files import write_json_atomic
+from toolkit.rollouts.ct2 import keep_conversions_in
+from toolkit.rollouts.engines import drain_opened
 
 
 def watch_flow(pid: int | None, every_s: float = 2.0) -> None:
@@ -52,8 +52,8 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
     kind = STAGE_KINDS[spec.kind]
     cfg = kind.config.model_validate(spec.stage)
     run_id = spec.mlflow_run_id
-    spool = Path(spec.output_dir) / tracking.SPOOL
-    ctx = StageContext(spec=spec, make_callbacks=lambda: [tracking.step_logger(run_id, spool)] if run_id else [])
+    spool = Path(spec.output_dir) / mlflow_runs.SPOOL
+    ctx = StageContext(spec=spec, make_callbacks=lambda: [mlflow_runs.step_logger(run_id, spool)] if run_id else [])
     started = time.time()
     output = kind.run(cfg, ctx)
     if not ctx.is_main:
@@ -77,8 +77,8 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
             output.artifacts.append("budget_curve.png")
         write_json_atomic(ctx.output_dir / "eval_samples.json", table)
     if engines := drain_opened():  # what sampled, as it ran: `auto` resolved, precision, thread budget
-        output.tags[tracking.GENERATION_TAG] = "; ".join(engines)
-    if output.tags.get(tracking.SANDBOX_TAG) == "unsandboxed":
+        output.tags[mlflow_runs.GENERATION_TAG] = "; ".join(engines)
+    if output.tags.get(mlflow_runs.SANDBOX_TAG) == "unsandboxed":
         print("posttrain: WARNING: this stage ran model-written code without a sandbox (allow_unsandboxed)", flush=True)
     write_json_atomic(ctx.output_dir / "result.json", output.model_dump())
     return output

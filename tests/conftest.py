@@ -17,7 +17,7 @@ os.environ["PREFECT_HOME"] = str(_HOME / "prefect")
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipeline.home import configure_environment  # noqa: E402
+from pipeline.store.home import configure_environment  # noqa: E402
 
 configure_environment()
 REPO = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def prefect_harness():
 
 @pytest.fixture(scope="session")
 def tiny_model(home) -> Path:
-    from pipeline.models import ensure_named_model
+    from pipeline.models.named import ensure_named_model
     return ensure_named_model("tiny-qwen3")
 
 

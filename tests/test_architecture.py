@@ -5,16 +5,16 @@ come from the config models."""
 import shutil
 from pathlib import Path
 
-from stages.core import fingerprints
-from stages.core.fingerprints import code_fingerprint, module_closure
-from stages.kinds.common import GenerationSpec
-from stages.kinds.registry import SHARED_MODULES, STAGE_KINDS
+from stages.common import GenerationSpec
+from stages.registry import SHARED_MODULES, STAGE_KINDS
+from toolkit.core import fingerprints
+from toolkit.core.fingerprints import code_fingerprint, module_closure
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _tree(tmp_path: Path) -> Path:
-    for package in ("stages", "pipeline", "data_curation"):
+    for package in ("stages", "pipeline", "data_curation", "toolkit"):
         shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
@@ -26,22 +26,22 @@ def _key(kind: str, root: Path) -> str:
 
 def test_editing_any_module_a_kind_uses_changes_its_key(tmp_path):
     root = _tree(tmp_path)
-    used = module_closure(("stages.kinds.grpo", *SHARED_MODULES), root)
+    used = module_closure(("stages.grpo", *SHARED_MODULES), root)
     rel = {str(p.relative_to(root)) for p in used}
     # reached only through imports inside functions and through other modules
-    assert {"stages/kinds/grpo_trainer.py", "stages/rewards/math.py", "stages/rewards/harness.py",
-            "stages/rewards/sandbox.py", "data_curation/sources/synthetic_math.py", "stages/core/text.py"} <= rel
-    for edited in ["stages/kinds/grpo_trainer.py", "stages/rewards/math.py", "data_curation/sources/synthetic_math.py",
-                   "stages/core/text.py", "stages/rewards/__init__.py", "stages/rewards/harness.py"]:
+    assert {"stages/grpo_trainer.py", "toolkit/rewards/math.py", "toolkit/rewards/harness.py",
+            "toolkit/rewards/sandbox.py", "data_curation/sources/synthetic_math.py", "toolkit/core/text.py"} <= rel
+    for edited in ["stages/grpo_trainer.py", "toolkit/rewards/math.py", "data_curation/sources/synthetic_math.py",
+                   "toolkit/core/text.py", "toolkit/rewards/__init__.py", "toolkit/rewards/harness.py"]:
         before = {k: _key(k, root) for k in ("grpo", "sft")}
         with open(root / edited, "a") as f:
             f.write("\n# edited\n")
         after = {k: _key(k, root) for k in ("grpo", "sft")}
         assert after["grpo"] != before["grpo"], edited
     before = {k: _key(k, root) for k in STAGE_KINDS}
-    with open(root / "pipeline" / "ui.py", "a") as f:  # no kind imports the UI launcher
+    with open(root / "pipeline" / "cli" / "ui.py", "a") as f:  # no kind imports the UI launcher
         f.write("\n# edited\n")
-    with open(root / "stages" / "kinds" / "rl_losses.py", "a") as f:  # only grpo uses the RL losses
+    with open(root / "stages" / "rl_losses.py", "a") as f:  # only grpo uses the RL losses
         f.write("\n# edited\n")
     after = {k: _key(k, root) for k in STAGE_KINDS}
     assert after["sft"] == before["sft"] and after["dedup"] == before["dedup"]
@@ -57,15 +57,15 @@ def test_kept_import_scans_follow_the_source_they_were_made_from(tmp_path):
     fingerprints.keep_import_scans_in(scans)
     try:
         fingerprints._imports.cache_clear()
-        first = module_closure(("stages.kinds.sft",), root)
+        first = module_closure(("stages.sft",), root)
         kept = sorted(scans.iterdir())
-        assert len(kept) == len(first) and root / "stages/kinds/rl_losses.py" not in first
+        assert len(kept) == len(first) and root / "stages/rl_losses.py" not in first
         fingerprints._imports.cache_clear()  # a new process: every scan read back, none made again
-        assert module_closure(("stages.kinds.sft",), root) == first and sorted(scans.iterdir()) == kept
-        with open(root / "stages/kinds/sft.py", "a") as f:
-            f.write("\nfrom stages.kinds import rl_losses  # noqa\n")
+        assert module_closure(("stages.sft",), root) == first and sorted(scans.iterdir()) == kept
+        with open(root / "stages/sft.py", "a") as f:
+            f.write("\nfrom stages import rl_losses  # noqa\n")
         fingerprints._imports.cache_clear()
-        assert root / "stages/kinds/rl_losses.py" in module_closure(("stages.kinds.sft",), root)
+        assert root / "stages/rl_losses.py" in module_closure(("stages.sft",), root)
     finally:
         fingerprints.keep_import_scans_in(before)
         fingerprints._imports.cache_clear()
@@ -82,9 +82,9 @@ def test_every_kind_is_one_record_with_its_config_and_run():
 def test_curation_flags_come_from_the_config_models():
     import argparse
 
-    from pipeline.cli_args import add_model_arguments
-    from pipeline.cli_curate import PIPELINE_ONLY, add_parser
-    from stages.kinds.curation import CURATION_CONFIGS
+    from pipeline.cli.args import add_model_arguments
+    from pipeline.cli.curate import PIPELINE_ONLY, add_parser
+    from stages.curation import CURATION_CONFIGS
 
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers(dest="command"))
@@ -112,16 +112,16 @@ def test_the_readme_example_kind_is_one_module_and_one_registry_line(tmp_path):
 
     root = _tree(tmp_path)
     blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
-    module = next(b for b in blocks if b.startswith("# stages/kinds/head.py"))
-    (root / "stages" / "kinds" / "head.py").write_text(module)
-    registry = root / "stages" / "kinds" / "registry.py"
-    text = registry.read_text().replace("from stages.kinds import ", "from stages.kinds import head, ", 1)
+    module = next(b for b in blocks if b.startswith("# stages/head.py"))
+    (root / "stages" / "head.py").write_text(module)
+    registry = root / "stages" / "registry.py"
+    text = registry.read_text().replace("from stages import ", "from stages import head, ", 1)
     registry.write_text(text.replace("\n]\n", "\n    StageKind(head.HeadConfig, head.run),\n]\n", 1))
     (root / "head.yaml").write_text("name: head\neval: null\nstages:\n  - {name: first, kind: head, "
                                     "data: {source: synthetic_math, n: 10}, n: 3}\n")
     script = ("from pipeline.recipe import load_recipe\n"
-              "from stages.kinds.registry import STAGE_KINDS\n"
-              "from stages.kinds.runtime import StageContext\n"
+              "from stages.registry import STAGE_KINDS\n"
+              "from stages.runtime import StageContext\n"
               "import sys\n"
               "stage = load_recipe('head.yaml').recipe.stages[0]\n"
               "data = stage.data.model_dump(mode='json')\n"
@@ -133,3 +133,18 @@ def test_the_readme_example_kind_is_one_module_and_one_registry_line(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "{'dataset': 'kept.jsonl'} {'head/rows': 3.0}" in proc.stdout
     assert len((tmp_path / "out" / "kept.jsonl").read_text().splitlines()) == 3
+
+
+def test_only_the_cli_parses_arguments():
+    """Flags are defined once, in pipeline/cli/ (from the config models); a worker or the sandbox
+    harness reads the one path or fd its launcher passes, nothing else."""
+    import ast
+
+    parsers = set()
+    for package in ("pipeline", "stages", "data_curation", "toolkit"):
+        for path in (REPO / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and "argparse" in (
+                        [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]):
+                    parsers.add(str(path.relative_to(REPO).parent))
+    assert parsers == {"pipeline/cli"}

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from stages.rewards import get_reward
+from toolkit.rewards import get_reward
 
 ASSERTS = json.dumps({"tests": ["assert f(1) == 2", "assert f(5) == 6", "assert abs(f(0.5) - 1.5) < 1e-9"]})
 HUMANEVAL = json.dumps({"prefix": 'def add_one(x):\n    """Return x + 1."""\n', "entry_point": "add_one",
@@ -105,7 +105,7 @@ def test_counters_count_runs_timeouts_and_memory(reward):
 
 
 def test_every_reward_pickles():
-    from stages.rewards import REWARDS
+    from toolkit.rewards import REWARDS
 
     needs = {"language_consistency": {"language": "en"}, "reward_model": {"model": "rm/model", "scope": "answer"}}
     for name in REWARDS:

@@ -146,11 +146,11 @@ def test_two_recipes_sharing_stages_run_at_once_on_a_fresh_home_publish_each_sta
 
 
 def test_a_lock_whose_holder_was_killed_never_blocks(tmp_path):
-    from pipeline.locks import held, is_held
+    from pipeline.store.locks import held, is_held
 
     path = tmp_path / "stage.lock"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from pipeline.locks import held\n"
+                               "from pipeline.store.locks import held\n"
                                f"with held(Path({str(path)!r})):\n    print('held', flush=True)\n    time.sleep(600)"],
                               cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
@@ -164,7 +164,7 @@ def test_a_lock_whose_holder_was_killed_never_blocks(tmp_path):
 
 
 def test_gc_keeps_what_kept_runs_reference_and_what_live_runs_hold(tmp_path, tiny_model, monkeypatch):
-    from pipeline.locks import held, stage_lock
+    from pipeline.store.locks import held, stage_lock
 
     home = tmp_path / "home"
     for steps in (3, 4, 5):  # three runs of different settings: cold_start is shared, polish differs
@@ -178,7 +178,7 @@ def test_gc_keeps_what_kept_runs_reference_and_what_live_runs_hold(tmp_path, tin
     assert dry.returncode == 0 and "would remove 2 stage directories" in dry.stdout, dry.stdout
     assert sorted(p.name for p in stages.iterdir()) == before  # a dry run removes nothing
     monkeypatch.setenv("POSTTRAIN_HOME", str(home))
-    from pipeline import runs
+    from pipeline.store import runs
 
     oldest = runs.all_runs()[0]
     with held(runs.run_lock(oldest["id"])):  # as if the oldest run were still going: its record and stages stay
@@ -210,8 +210,8 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
     replays the spool into the run that trained it, and ends the first run's MLflow runs FAILED."""
     import mlflow
 
-    from pipeline import tracking
-    from pipeline.prefect_api import free_port, healthy
+    from pipeline.launch.prefect_api import free_port, healthy
+    from pipeline.tracking import mlflow_runs
 
     home, port = tmp_path / "home", free_port()
     uri = f"http://127.0.0.1:{port}"
@@ -233,7 +233,7 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
         assert f"the MLflow tracking server at {uri} does not answer" in out, out[-3000:]
         published = progress.parent.with_suffix("")
         assert json.loads((published / "result.json").read_text())["metrics"]["train/global_step"] == 300
-        spooled = [json.loads(line)["step"] for line in (published / tracking.SPOOL).read_text().splitlines()]
+        spooled = [json.loads(line)["step"] for line in (published / mlflow_runs.SPOOL).read_text().splitlines()]
         first = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
         assert first["status"] == "failed" and spooled
 
@@ -243,7 +243,7 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
         assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
         second = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
         assert second["stages"][0]["reused"] and second["stages"][0]["output_dir"] == str(published)
-        assert not (published / tracking.SPOOL).exists()
+        assert not (published / mlflow_runs.SPOOL).exists()
         c = mlflow.MlflowClient(uri)
         trained = json.loads((published / "result.json").read_text())["mlflow_run_id"]  # the stage's own run
         assert {m.step for m in c.get_metric_history(trained, "loss")} >= set(spooled)

@@ -13,7 +13,7 @@ from data_curation.ngrams import UNICODE_SPACE, chunk_ngram_hashes, word_ngrams
 from data_curation.report import EverythingRemoved
 from data_curation.sources import load_rows
 from pipeline.recipe import RecipeError, load_recipe
-from stages.kinds.curation import CURATION_CONFIGS, curate
+from stages.curation import CURATION_CONFIGS, curate
 
 
 def row(i, text, **extra):
@@ -190,7 +190,7 @@ def test_no_cot_filter_removes_a_prompt_the_model_answers_without_reasoning(tmp_
     """SmolLM2 answers "12 + 7 = 19" with no reasoning: that prompt is guessable and goes; a
     competition-style one it cannot answer bare stays."""
     from data_curation.schema import make_row
-    from pipeline.models import ensure_named_model
+    from pipeline.models.named import ensure_named_model
 
     model = str(ensure_named_model("smollm2-135m-instruct"))
     rows = [make_row(id="easy", question="What is 12 + 7?", answer="19", verifier="math", solution=None, source="t"),
@@ -218,8 +218,8 @@ def test_a_stage_leaves_out_the_questions_of_its_exclude_datasets(tmp_path):
     demo sizes), so `exclude` removes the overlap by normalised question."""
     from data_curation.report import write_jsonl
     from data_curation.sources import load_rows
-    from stages.kinds.grpo import GRPOConfig
-    from stages.kinds.runtime import StageContext, training_rows
+    from stages.grpo import GRPOConfig
+    from stages.runtime import StageContext, training_rows
 
     first, second = load_rows("synthetic_math", n=512, seed=21), load_rows("synthetic_math", n=512, seed=3)
     ask = lambda rows: {" ".join(r["prompt"][-1]["content"].lower().split()) for r in rows}

@@ -6,10 +6,10 @@ import pytest
 
 from data_curation.sources import load_rows
 from pipeline.recipe import RecipeError, load_recipe
-from stages.core.templates import render_prompt
-from stages.rollouts import SamplingSpec, engine_problems, open_engine, resolve_engine
-from stages.rollouts.ct2 import converted, keep_conversions_in
-from stages.rollouts.engines import drain_opened
+from toolkit.core.templates import render_prompt
+from toolkit.rollouts import SamplingSpec, engine_problems, open_engine, resolve_engine
+from toolkit.rollouts.ct2 import converted, keep_conversions_in
+from toolkit.rollouts.engines import drain_opened
 
 
 @pytest.fixture(scope="module")

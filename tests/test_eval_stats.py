@@ -9,10 +9,10 @@ import math
 import pytest
 
 from pipeline.gates import change_metrics, gate_failure
-from stages.core.stats import bootstrap_mean, majority_correct, mcnemar_exact, paired_change, pass_at_k, rate_interval, wilson
-from stages.kinds.common import GateSpec
-from stages.kinds.evaluate import EvalSpec
-from stages.rewards.verifiers import score_rows
+from stages.common import GateSpec
+from stages.evaluate import EvalSpec
+from toolkit.core.stats import bootstrap_mean, majority_correct, mcnemar_exact, paired_change, pass_at_k, rate_interval, wilson
+from toolkit.rewards.verifiers import score_rows
 
 
 def test_wilson_matches_known_values():
@@ -122,7 +122,7 @@ def test_a_gate_can_ask_for_a_significant_change():
 
 
 def test_compare_prints_changes_with_intervals_and_marks_significant_ones():
-    from pipeline.runs import comparison, format_comparison
+    from pipeline.store.runs import comparison, format_comparison
 
     metrics = {"eval/accuracy": 0.8, "eval/accuracy_lo": 0.6, "eval/accuracy_hi": 0.9, "eval/accuracy_n": 20,
                "input/eval/accuracy": 0.4, "change/eval/accuracy": 0.4, "change/eval/accuracy_lo": 0.2,
@@ -143,7 +143,7 @@ def test_candidate_moves_only_to_a_version_not_significantly_worse(tmp_path):
     import json
 
     from pipeline.gates import candidate_refusal
-    from stages.kinds.evaluate import EVAL_SCORES
+    from stages.evaluate import EVAL_SCORES
 
     def output(name: str, accuracy: list[float]):
         out = tmp_path / name

@@ -9,11 +9,11 @@ import mlflow
 import pytest
 
 from data_curation.sources import load_rows
-from stages.core.thinking import EMPTY_THINK, STOP_THINKING, complies, flag_messages, response_only
-from stages.rewards.verifiers import score_rows
-from stages.rollouts import SamplingSpec, open_engine
-from stages.rollouts.sampling import complete
 from tests.conftest import run_cli
+from toolkit.core.thinking import EMPTY_THINK, STOP_THINKING, complies, flag_messages, response_only
+from toolkit.rewards.verifiers import score_rows
+from toolkit.rollouts import SamplingSpec, open_engine
+from toolkit.rollouts.sampling import complete
 
 pytestmark = pytest.mark.slow
 STOP_SENTENCE = "Considering the limited time by the user"
@@ -135,8 +135,8 @@ def test_a_budget_answers_in_a_batch_as_alone_when_pad_is_the_end_token(fusion_r
     exactly as it does alone."""
     import copy
 
-    from stages.rollouts.ct2 import ct2_sampler, load_ct2
-    from stages.rollouts.hf import hf_sampler, load_for_generation
+    from toolkit.rollouts.ct2 import ct2_sampler, load_ct2
+    from toolkit.rollouts.hf import hf_sampler, load_for_generation
 
     model_dir = str(Path(fusion_run["fusion"]["output_dir"]) / "model")
     same_pad = copy.deepcopy(fusion_model.tokenizer)

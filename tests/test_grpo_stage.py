@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.recipe import RecipeError, load_recipe
-from stages.kinds.grpo import GRPOConfig
+from stages.grpo import GRPOConfig
 from tests.conftest import run_cli
 
 
@@ -22,10 +22,10 @@ def _varied_unless_easy(completions, _index, **_):
 def _trainer(tiny_model, tmp_path, reward, max_rounds=4):
     from datasets import Dataset
 
-    from stages.kinds.grpo import trl_config
-    from stages.kinds.grpo_trainer import PosttrainGRPOTrainer, RLOptions
-    from stages.kinds.prompt_sampler import PromptSampler
-    from stages.kinds.runtime import StageContext
+    from stages.grpo import trl_config
+    from stages.grpo_trainer import PosttrainGRPOTrainer, RLOptions
+    from stages.prompt_sampler import PromptSampler
+    from stages.runtime import StageContext
 
     cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", loss="dapo", rewards=[{"name": "format_think"}],
                      num_generations=2, per_device_batch_size=4, max_completion_length=6)
@@ -63,8 +63,8 @@ def test_dynamic_sampling_gives_up_after_max_rounds(tiny_model, tmp_path):
 
 
 def _run_stage(cfg, tiny_model, out):
-    from stages.kinds.grpo import run
-    from stages.kinds.runtime import StageContext
+    from stages.grpo import run
+    from stages.runtime import StageContext
 
     out.mkdir(parents=True, exist_ok=True)
     spec = {"inputs": {"model": str(tiny_model),
@@ -122,8 +122,8 @@ def test_paper_defaults_per_variant():
 def test_a_reward_with_a_start_step_is_zero_before_it():
     from types import SimpleNamespace
 
-    from stages.kinds.common import RewardSpec
-    from stages.kinds.grpo import stage_reward
+    from stages.common import RewardSpec
+    from stages.grpo import stage_reward
 
     reward = stage_reward(RewardSpec(name="format_think", start_step=10))
     good = ["<think>a</think> b"] * 2
@@ -135,8 +135,8 @@ def test_a_reward_with_a_start_step_is_zero_before_it():
 def test_in_a_mixture_a_verifier_reward_judges_only_its_own_rows():
     import pickle
 
-    from stages.kinds.common import RewardSpec
-    from stages.kinds.grpo import stage_reward
+    from stages.common import RewardSpec
+    from stages.grpo import stage_reward
 
     accuracy = pickle.loads(pickle.dumps(stage_reward(RewardSpec(name="accuracy_math"))))
     # The instruction row's gold is a constraint list: read as a math answer, "3" would match it.
@@ -208,7 +208,7 @@ def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path, monkey
 
 
 def test_prompt_templates():
-    from stages.core.templates import BOXED_INSTRUCTION, check_template, render_prompt
+    from toolkit.core.templates import BOXED_INSTRUCTION, check_template, render_prompt
 
     row = {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]}
     assert render_prompt("chat", row) is row["prompt"]
@@ -247,7 +247,7 @@ def test_dynamic_sampling_by_accuracy_drops_groups_solved_all_or_nothing(tiny_mo
 def test_vllm_importance_ratios_are_merged_by_dynamic_sampling():
     import torch
 
-    from stages.kinds.grpo_trainer import concat_groups
+    from stages.grpo_trainer import concat_groups
 
     def part(width, is_shape):
         b = 2
@@ -270,7 +270,7 @@ def test_kimi_with_vllm_rollouts_is_refused():
 def test_curves_skip_steps_where_a_reward_judged_no_row():
     """A verifier-scoped accuracy is None on a batch of chat prompts; the curves skip those steps
     (this failed a qwen3 demo run's general_rl stage after training)."""
-    from stages.kinds.rl_curves import curve_metrics, series
+    from stages.rl_curves import curve_metrics, series
 
     history = [{"step": 1, "accuracy": 0.5, "reward": 1.0}, {"step": 2, "accuracy": None, "reward": 2.0},
                {"step": 3, "accuracy": 1.0, "reward": 3.0}, {"train_runtime": 9.0}]
@@ -283,7 +283,7 @@ def test_curves_skip_steps_where_a_reward_judged_no_row():
 def test_the_rl_curves_show_reward_components_kl_and_clipping(tmp_path):
     from PIL import Image
 
-    from stages.kinds.rl_curves import curve_metrics, plot_curves
+    from stages.rl_curves import curve_metrics, plot_curves
 
     history = [{"step": s, "reward": s / 4, "rewards/accuracy_math/mean": s / 8, "rewards/format_think/mean": 0.5,
                 "accuracy": s / 8, "completions/mean_length": 40 + s, "kl": 0.01 * s, "clip_ratio/region_mean": 0.02}

@@ -75,7 +75,7 @@ def test_gc_refuses_a_negative_count():
 
 
 def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
-    from stages.core.files import write_json_atomic
+    from toolkit.core.files import write_json_atomic
 
     path = tmp_path / "record.json"
     write_json_atomic(path, {"status": "running"})
@@ -116,7 +116,7 @@ def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_one_before_resumed(d
     """Checkpoints get a checksum manifest when saved (progress_callback's on_save); resuming checks it."""
     from types import SimpleNamespace
 
-    from stages.kinds.runtime import StageContext, last_checkpoint, progress_callback
+    from stages.runtime import StageContext, last_checkpoint, progress_callback
 
     ctx = StageContext.local(tmp_path)
     callback = progress_callback(ctx)
@@ -149,23 +149,24 @@ def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_one_before_resumed(d
 def test_runs_left_open_in_mlflow_by_a_failed_run_are_closed_by_the_next_one(tmp_path, monkeypatch):
     """A run that failed while the tracking server was down leaves its MLflow runs RUNNING; the next
     run (or `posttrain ui`) ends them, once, and a store still down is tried again later."""
-    from pipeline import runs, tracking
     from pipeline.crashed_runs import close_left_open
+    from pipeline.store import runs
+    from pipeline.tracking import mlflow_runs
 
     monkeypatch.setenv("POSTTRAIN_HOME", str(tmp_path))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    parent = tracking.start_pipeline_run("smoke", "tiny", [], "smoke-left-open")
-    child = tracking.start_stage_run(parent, "smoke", "cold_start", "sft", {}, "key")
+    parent = mlflow_runs.start_pipeline_run("smoke", "tiny", [], "smoke-left-open")
+    child = mlflow_runs.start_stage_run(parent, "smoke", "cold_start", "sft", {}, "key")
     record = {"id": "smoke-left-open", "recipe": "smoke", "status": "failed", "mlflow_run_id": parent,
               "stages": [{"name": "cold_start", "status": "failed"}]}
     runs.save(record)
-    monkeypatch.setattr(tracking, "client", lambda: (_ for _ in ()).throw(ConnectionError("server down")))
+    monkeypatch.setattr(mlflow_runs, "client", lambda: (_ for _ in ()).throw(ConnectionError("server down")))
     assert close_left_open(lambda line: None) == [] and not runs.load(record["id"]).get("services_closed")
     monkeypatch.undo()
     monkeypatch.setenv("POSTTRAIN_HOME", str(tmp_path))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert close_left_open(lambda line: None) == [record["id"]]
-    c = tracking.client()
+    c = mlflow_runs.client()
     assert {c.get_run(r).info.status for r in (parent, child)} == {"FAILED"}
     assert runs.load(record["id"])["services_closed"] and close_left_open(lambda line: None) == []
 
@@ -176,15 +177,15 @@ def test_step_metrics_are_spooled_while_the_tracking_server_is_down_and_replayed
     import socket
     from types import SimpleNamespace
 
-    from pipeline import tracking
+    from pipeline.tracking import mlflow_runs
 
     with socket.socket() as s:  # a port nobody listens on: the server is down
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    spool = tmp_path / tracking.SPOOL
-    logger = tracking.step_logger("run-id", spool)
+    spool = tmp_path / mlflow_runs.SPOOL
+    logger = mlflow_runs.step_logger("run-id", spool)
     started = time.time()
     for step in range(1, 6):
         logger.on_log(None, SimpleNamespace(is_world_process_zero=True, global_step=step), None,
@@ -192,9 +193,9 @@ def test_step_metrics_are_spooled_while_the_tracking_server_is_down_and_replayed
     assert time.time() - started < 30 and len(spool.read_text().splitlines()) == 5
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")  # the server is back
-    parent = tracking.start_pipeline_run("smoke", "tiny", [], "spooled")
-    assert tracking.replay_spool(parent, spool) == 5 and not spool.exists()
-    history = tracking.client().get_metric_history(parent, "loss")
+    parent = mlflow_runs.start_pipeline_run("smoke", "tiny", [], "spooled")
+    assert mlflow_runs.replay_spool(parent, spool) == 5 and not spool.exists()
+    history = mlflow_runs.client().get_metric_history(parent, "loss")
     assert sorted((m.step, m.value) for m in history) == [(s, 1.0 / s) for s in range(1, 6)]
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.launcher import StageFailed, run_worker
-from stages.kinds.launch import LaunchSpec
+from pipeline.launch.workers import StageFailed, run_worker
+from stages.launch import LaunchSpec
 from tests.conftest import POSTTRAIN, REPO, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow
 
 def sft_spec(out: Path, model: str, ds_config: str | None = None, max_steps: int = 4, eval_rows: int = 0,
              **fields) -> Path:
-    from stages.kinds.evaluate import EvalSpec
-    from stages.kinds.sft import SFTConfig
+    from stages.evaluate import EvalSpec
+    from stages.sft import SFTConfig
 
     fields = {"save_steps": 2, "per_device_batch_size": 4, "max_length": 128, "learning_rate": 1e-3, **fields}
     cfg = SFTConfig(name="ds_check", model=model, data={"source": "synthetic_math", "n": 64}, max_steps=max_steps,

@@ -16,7 +16,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from pipeline.prefect_api import free_port, healthy
+from pipeline.launch.prefect_api import free_port, healthy
 from tests.conftest import POSTTRAIN, REPO, cli_env
 
 pytestmark = pytest.mark.slow
@@ -105,7 +105,7 @@ def test_another_machine_consumes_the_candidate_by_uri_bit_identical(server, smo
 
 
 def test_a_corrupted_download_is_refused(server, smoke, tmp_path, monkeypatch):
-    from pipeline import model_store
+    from pipeline.tracking import logged_models
 
     cold = next(s for s in smoke["record"]["stages"] if s["name"] == "cold_start")
     (weights,) = server["artifacts"].rglob(f"{cold['logged_model_id']}/artifacts/model.safetensors")
@@ -115,22 +115,22 @@ def test_a_corrupted_download_is_refused(server, smoke, tmp_path, monkeypatch):
     monkeypatch.setenv("POSTTRAIN_HOME", str(tmp_path / "machine-c"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server["url"])
     with pytest.raises(ValueError, match="refused"):
-        model_store.fetch(f"models:/{cold['logged_model_id']}")
+        logged_models.fetch(f"models:/{cold['logged_model_id']}")
     assert not any((tmp_path / "machine-c" / "models" / "mlflow").iterdir())  # nothing half-fetched left
 
 
 UPLOAD = """
 import sys
 from pathlib import Path
-from pipeline import model_store, tracking
-run = tracking.client().create_run(tracking.experiment_id("upload_kill")).info.run_id
+from pipeline.tracking import logged_models, mlflow_runs
+run = mlflow_runs.client().create_run(mlflow_runs.experiment_id("upload_kill")).info.run_id
 print(run, flush=True)
-model_store.log_model(run, "big", Path(sys.argv[1]), "0" * 64, {"eval/accuracy": 1.0}, "copy")
+logged_models.log_model(run, "big", Path(sys.argv[1]), "0" * 64, {"eval/accuracy": 1.0}, "copy")
 """
 
 
 def test_a_killed_upload_never_turns_ready_and_the_rerun_uploads_again(server, tmp_path, monkeypatch):
-    from pipeline import model_store
+    from pipeline.tracking import logged_models
 
     big = tmp_path / "big"
     big.mkdir()
@@ -151,8 +151,8 @@ def test_a_killed_upload_never_turns_ready_and_the_rerun_uploads_again(server, t
     (model,) = pending
     assert str(c.get_logged_model(model.model_id).status) == "PENDING"
     with pytest.raises(ValueError, match="not READY"):
-        model_store.fetch(f"models:/{model.model_id}")
-    rerun = model_store.ensure_logged_model(run, run, "big", big, "0" * 64, {}, "copy")
+        logged_models.fetch(f"models:/{model.model_id}")
+    rerun = logged_models.ensure_logged_model(run, run, "big", big, "0" * 64, {}, "copy")
     assert rerun != model.model_id and str(c.get_logged_model(rerun).status) == "READY"
 
 

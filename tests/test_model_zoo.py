@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from pipeline.models import check_model_ref, ensure_named_model, model_status
-from stages.core.files import dir_fingerprint
+from pipeline.models.named import check_model_ref, ensure_named_model, model_status
 from tests.conftest import run_cli
+from toolkit.core.files import dir_fingerprint
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +17,7 @@ def smollm2(home):
 
 
 def test_conversion_is_deterministic(smollm2, tmp_path):
-    from pipeline.model_builds import build_smollm2
+    from pipeline.models.builds import build_smollm2
 
     recorded = json.loads((smollm2 / "posttrain_model.json").read_text())["sha256"]
     assert recorded == dir_fingerprint(smollm2)

@@ -9,7 +9,7 @@ from tests.conftest import REPO
 def test_tiny_model_builds_deterministically(tiny_model, tmp_path):
     first = json.loads((tiny_model / "posttrain_model.json").read_text())["sha256"]
     env = {**os.environ, "POSTTRAIN_HOME": str(tmp_path)}
-    code = ("from pipeline.models import ensure_named_model; import json; "
+    code = ("from pipeline.models.named import ensure_named_model; import json; "
             "print(json.loads((ensure_named_model('tiny-qwen3') / 'posttrain_model.json').read_text())['sha256'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == first

@@ -7,7 +7,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from pipeline.home import tracking_uri
+from pipeline.store.home import tracking_uri
 from tests.conftest import run_cli, run_named_recipe
 
 pytestmark = pytest.mark.slow

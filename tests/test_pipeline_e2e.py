@@ -125,10 +125,10 @@ def test_every_evaluated_stage_is_compared_with_its_input_model(smoke_runs):
 
 
 def test_a_gate_stops_with_both_numbers_or_warns_with_a_tag(smoke_runs, prefect_harness):
-    from pipeline import runs
     from pipeline.flow import run_recipe
     from pipeline.gates import GateFailed
-    from pipeline.tracking import GATE_TAG, client
+    from pipeline.store import runs
+    from pipeline.tracking.mlflow_runs import GATE_TAG, client
 
     impossible = "stages.polish.gate={metric: format_rate, min_delta: 2.0, on_fail: %s}"
     with pytest.raises(GateFailed, match=r"eval/format_rate \S+ against the input model's \S+ \(change"):

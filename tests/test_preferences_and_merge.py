@@ -9,9 +9,9 @@ from data_curation.preferences import load_pairs, pairs_from_samples
 from data_curation.rejection import Sample
 from data_curation.schema import make_row
 from data_curation.sources.files import BadRow
-from stages.kinds.merge import MergeConfig, merge_tensors
-from stages.kinds.preference_pairs import corrupted_pairs, padded_pairs
-from stages.rewards.verifiers import score_rows
+from stages.merge import MergeConfig, merge_tensors
+from stages.preference_pairs import corrupted_pairs, padded_pairs
+from toolkit.rewards.verifiers import score_rows
 
 ROW = make_row(id="q", question="What is 2 + 3?", answer="5", verifier="math", solution=None, source="s")
 

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from stages.kinds.prompt_sampler import PromptSampler
+from stages.prompt_sampler import PromptSampler
 
 
 def test_random_covers_every_prompt_once_per_pass():

@@ -230,7 +230,7 @@ def test_multi_node_and_rollout_server_settings_are_checked(tmp_path):
 
 
 def test_the_cache_key_keeps_a_launchs_shape_not_its_addresses():
-    from stages.kinds.launch import LaunchSpec, launch_key
+    from stages.launch import LaunchSpec, launch_key
 
     def key(**fields):
         return launch_key(LaunchSpec(mode="deepspeed", **fields))
@@ -247,8 +247,8 @@ def test_earnability_passes_are_remembered_between_processes(tmp_path, monkeypat
     skips the verifier pool; failures are never saved (test_unknown_reward... and r1_zero's checks)."""
     import json
 
-    from pipeline.probe_cache import cache_file
-    from stages.rewards import earnable
+    from pipeline.store.probe_cache import cache_file
+    from toolkit.rewards import earnable
 
     monkeypatch.setenv("POSTTRAIN_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(earnable, "_EARNED", set())
@@ -317,7 +317,7 @@ def test_the_gpu_profile_leaves_kimi_its_hf_rollouts_and_short_rollouts():
 
 
 def test_dapo_filters_groups_by_accuracy_by_default():
-    from stages.kinds.grpo import GRPOConfig
+    from stages.grpo import GRPOConfig
 
     base = {"name": "rl", "kind": "grpo", "model": "m", "data": "synthetic_math", "rewards": [{"name": "accuracy_math"}]}
     assert GRPOConfig.model_validate({**base, "loss": "dapo"}).effective("dynamic_sampling_by") == "accuracy"

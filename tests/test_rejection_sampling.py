@@ -5,7 +5,7 @@ import pytest
 from data_curation.mixture import mix_rows
 from data_curation.rejection import Sample, acceptance, select
 from data_curation.schema import make_row
-from stages.rewards.verifiers import score_rows
+from toolkit.rewards.verifiers import score_rows
 
 ROW = make_row(id="q1", question="What is 2 + 3?", answer="5", verifier="math", solution=None, source="s",
                difficulty=2)
@@ -116,7 +116,7 @@ def test_mixture_uses_counts_and_weights():
 def test_mixture_ratios_are_shares_of_the_whole():
     """R1's 3:1 reasoning:general: with weights the realised ratio followed the parts' sizes (21.8:1
     at demo sizes); with ratios it is 3:1 whatever the sizes, and no part repeats a row."""
-    from stages.kinds.sft import SFTConfig
+    from stages.sft import SFTConfig
 
     reasoning = [{"id": f"r{i}"} for i in range(300)]
     general = [{"id": f"g{i}"} for i in range(47)]
@@ -134,8 +134,8 @@ def test_mixture_ratios_are_shares_of_the_whole():
 def test_sft_on_a_mixture_logs_the_composition_it_used(tmp_path, tiny_model):
     import json
 
-    from stages.kinds import sft
-    from stages.kinds.runtime import StageContext
+    from stages import sft
+    from stages.runtime import StageContext
 
     cfg = sft.SFTConfig(name="mixed", model=str(tiny_model), max_steps=2, per_device_batch_size=4, max_length=96,
                         save_steps=2, mix=[{"data": {"source": "synthetic_math", "n": 12}, "count": 20},

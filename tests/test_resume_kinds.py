@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from pipeline.launcher import StageFailed, run_worker
-from stages.kinds.launch import LaunchSpec
+from pipeline.launch.workers import StageFailed, run_worker
+from stages.launch import LaunchSpec
 from tests.test_launcher import _alive
 
 pytestmark = pytest.mark.slow
@@ -24,16 +24,16 @@ TRAINING = {"max_steps": MAX_STEPS, "save_steps": 2, "per_device_batch_size": 4,
 
 def _stage(kind: str, tiny: str, student: str, pairs: str) -> tuple[str, object, dict]:
     if kind == "reward_model":
-        from stages.kinds.reward_model import RewardModelConfig
+        from stages.reward_model import RewardModelConfig
 
         cfg = RewardModelConfig(name="rm", model=tiny, pairs={"path": pairs}, **TRAINING)
         return "reward_model", cfg, {"model": tiny, "pairs": {"path": pairs}}
     if kind == "dpo":
-        from stages.kinds.dpo import DPOConfig
+        from stages.dpo import DPOConfig
 
         cfg = DPOConfig(name="dpo", model=tiny, pairs={"path": pairs}, length_probe=0, **TRAINING)
         return "dpo", cfg, {"model": tiny, "pairs": {"path": pairs}}
-    from stages.kinds.distill import DistillConfig
+    from stages.distill import DistillConfig
 
     mode = kind.removeprefix("distill_")
     extra = {"teacher_temperature": 0.8, "teacher_max_new_tokens": 24, "verify": False} if mode == "off_policy" \
@@ -46,7 +46,7 @@ def _stage(kind: str, tiny: str, student: str, pairs: str) -> tuple[str, object,
 @pytest.fixture(scope="module")
 def pairs_file(tmp_path_factory) -> str:
     from data_curation.sources import load_rows
-    from stages.kinds.preference_pairs import padded_pairs
+    from stages.preference_pairs import padded_pairs
 
     path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
     rows = load_rows("synthetic_math", "train", 96, 0, {"difficulties": [1]})
@@ -56,7 +56,7 @@ def pairs_file(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("kind", ["reward_model", "dpo", "distill_off_policy", "distill_on_policy"])
 def test_a_killed_stage_resumes_from_its_last_checkpoint(kind, tmp_path, tiny_model, pairs_file):
-    from pipeline.models import ensure_named_model
+    from pipeline.models.named import ensure_named_model
 
     name, cfg, inputs = _stage(kind, str(tiny_model), str(ensure_named_model("tiny-qwen3-student")), pairs_file)
     out = tmp_path / "out"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.rewards import get_reward
-from stages.rewards.sandbox import run_python
+from toolkit.rewards import get_reward
+from toolkit.rewards.sandbox import run_python
 
 REPO = Path(__file__).resolve().parent.parent
 ASSERTS = json.dumps({"tests": ["assert f(1) == 2", "assert f(5) == 6"]})
@@ -71,7 +71,7 @@ def test_the_verdict_channel_cannot_be_reached(code_reward, name, spec):
 AS_USER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from stages.rewards import get_reward
+from toolkit.rewards import get_reward
 from tests.test_reward_attacks import ASSERTS, CASES, CHANNEL_ATTACKS, HUMANEVAL, attack
 reward = get_reward("code_exec", timeout_s=4)
 print(json.dumps({f"{name}/{i}": reward(completions=[attack(spec, trick)], answer=[spec])[0]
@@ -235,7 +235,7 @@ def test_real_code_and_math_stay_neutral():
 def test_the_language_counter_is_linear():
     import time
 
-    from stages.core.language import consistency
+    from toolkit.core.language import consistency
 
     for unit in ("\\(", "```", "$", "f(", "`"):
         started = time.perf_counter()
@@ -296,8 +296,8 @@ def test_a_length_reward_that_reads_the_answer_where_accuracy_does_validates():
 
 def test_a_reward_model_is_applied_with_the_scope_it_was_trained_on(tmp_path):
     from pipeline.recipe import RecipeError, load_recipe
-    from stages.kinds.reward_model import scoped_pairs
-    from stages.rewards.model_scored import SCOPE_FILE
+    from stages.reward_model import scoped_pairs
+    from toolkit.rewards.model_scored import SCOPE_FILE
 
     with pytest.raises(RecipeError, match=r"stages\[8\]\.rewards\[3\]\.params\.scope: reward_model applies "
                                           r"rm_helpful\.model to the 'answer' view"):

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from stages.core.text import last_boxed
-from stages.rewards import combined, get_reward, reward_stats
-from stages.rewards.length import cosine_scaled, kimi_lambda, kimi_length_reward, overlong_penalty
-from stages.rewards.math import score_math
+from toolkit.core.text import last_boxed
+from toolkit.rewards import combined, get_reward, reward_stats
+from toolkit.rewards.length import cosine_scaled, kimi_lambda, kimi_length_reward, overlong_penalty
+from toolkit.rewards.math import score_math
 
 CASES = [
  ("82", "The answer is \\boxed{82}.", 1.0),
@@ -179,7 +179,7 @@ def test_ifeval_constraints_fraction():
 def test_every_reward_works_from_a_non_main_thread(tmp_path, tiny_model):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from stages.rewards import REWARDS
+    from toolkit.rewards import REWARDS
 
     # an untrained reward model (the tiny model with a fresh score head): its scores are real floats
     AutoModelForSequenceClassification.from_pretrained(str(tiny_model), num_labels=1).save_pretrained(tmp_path / "rm")
@@ -224,7 +224,7 @@ def _children() -> set[int]:
 def test_adversarial_answers_time_out_score_zero_and_leave_no_process():
     import time
 
-    from stages.rewards.math import AccuracyMath
+    from toolkit.rewards.math import AccuracyMath
 
     reward = AccuracyMath(timeout_s=2.0, workers=2)
     adversarial = ["\\boxed{2^{2^{2^{100}}}}", "\\boxed{" + "9" * 1_000_000 + "}",
@@ -235,7 +235,7 @@ def test_adversarial_answers_time_out_score_zero_and_leave_no_process():
     assert out == [0.0] * len(adversarial)
     # at worst every sample times out, two at a time
     assert time.time() - start <= (2.0 + 1.0) * len(adversarial) / 2 + 2
-    from stages.rewards.math import _POOLS
+    from toolkit.rewards.math import _POOLS
 
     pool = _POOLS[(2, 2.0)]
     assert pool.timeouts >= 1 and reward.counters["timeouts"] == pool.timeouts
@@ -285,7 +285,7 @@ def test_after_think_only_counts_the_answer_after_thinking():
 
 
 def test_a_scoring_error_is_none_and_counted_never_zero():
-    from stages.rewards.pool import ScoringPool
+    from toolkit.rewards.pool import ScoringPool
 
     pool = ScoringPool(int, workers=1, timeout_s=5)  # int("x") raises ValueError in the worker
     try:
@@ -295,7 +295,7 @@ def test_a_scoring_error_is_none_and_counted_never_zero():
 
 
 def test_a_pool_whose_workers_cannot_start_raises():
-    from stages.rewards.pool import PoolBroken, ScoringPool
+    from toolkit.rewards.pool import PoolBroken, ScoringPool
 
     pool = ScoringPool(os._exit, workers=1, timeout_s=5)  # every worker dies on its first sample
     try:
@@ -322,7 +322,7 @@ def test_repetition_counts_tokens_when_given_and_has_no_negative_zero():
 
 
 def test_overlong_defaults_to_the_stage_length_and_allows_a_hard_cutoff():
-    from stages.rewards import check_reward
+    from toolkit.rewards import check_reward
 
     assert get_reward("overlong_dapo", stage_max_length=256).max_len == 256
     assert get_reward("overlong_dapo", stage_max_length=256).cache_len == 51
@@ -335,8 +335,8 @@ def test_overlong_defaults_to_the_stage_length_and_allows_a_hard_cutoff():
 
 
 def test_evaluation_measures_length_rewards_in_tokens():
-    from stages.kinds.common import RewardSpec
-    from stages.kinds.evaluate import score_rewards
+    from stages.common import RewardSpec
+    from stages.evaluate import score_rewards
 
     rows = [{"prompt": [{"role": "user", "content": "q"}], "answer": "1", "language": "en"}] * 2
     spec = [RewardSpec(name="overlong_dapo", params={"cache_len": 4})]

@@ -1,12 +1,12 @@
 """The GRPO family on hand-made batches: advantages and losses against numbers worked out by hand,
-then TRL's trainer (as stages.kinds.grpo configures it) against the same formulas."""
+then TRL's trainer (as stages.grpo configures it) against the same formulas."""
 
 import math
 
 import pytest
 import torch
 
-from stages.kinds.rl_losses import (
+from stages.rl_losses import (
     filler_rescale,
     group_advantages,
     k3_kl,
@@ -84,16 +84,16 @@ def test_unknown_variant_and_missing_constant_are_refused():
         policy_loss("dr_grpo", ZEROS, ZEROS, torch.zeros(2), MASK)
 
 
-# ---- TRL, configured by stages.kinds.grpo, computes what the formulas say -------------------------------
+# ---- TRL, configured by stages.grpo, computes what the formulas say -------------------------------
 
 def _trainer(tiny_model, tmp_path, loss: str):
     from datasets import Dataset
 
-    from stages.kinds.grpo import GRPOConfig, trl_config
-    from stages.kinds.grpo_trainer import PosttrainGRPOTrainer, RLOptions
-    from stages.kinds.prompt_sampler import PromptSampler
-    from stages.kinds.runtime import StageContext
-    from stages.rewards import get_reward
+    from stages.grpo import GRPOConfig, trl_config
+    from stages.grpo_trainer import PosttrainGRPOTrainer, RLOptions
+    from stages.prompt_sampler import PromptSampler
+    from stages.runtime import StageContext
+    from toolkit.rewards import get_reward
 
     cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", loss=loss, rewards=[{"name": "format_think"}],
                      num_generations=2, per_device_batch_size=4, max_completion_length=8, beta=0.05)
@@ -175,7 +175,7 @@ def test_kimi_tau_acts_because_each_rollout_batch_is_updated_on_more_than_once(t
     """With one update per batch pi_old is pi and tau changes nothing (grad(tau) is the same for every
     tau); the stage's default of two updates per batch makes TRL keep the rollout policy's
     log-probabilities, and from the second update on tau shapes the gradient."""
-    from stages.kinds.grpo import GRPOConfig
+    from stages.grpo import GRPOConfig
 
     trainer, cfg = _trainer(tiny_model, tmp_path, "kimi_mirror_descent")
     assert cfg.effective("num_iterations") == 2 and trainer.num_iterations == 2

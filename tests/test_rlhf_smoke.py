@@ -7,7 +7,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from stages.kinds.runtime import StageContext
+from stages.runtime import StageContext
 
 pytestmark = pytest.mark.slow
 
@@ -68,8 +68,8 @@ def test_distillation_compares_student_before_after_and_teacher(rlhf_run):
 
 
 def test_distillation_refuses_a_student_with_another_tokenizer(tmp_path, tiny_model):
-    from pipeline.models import ensure_named_model
-    from stages.kinds.distill import check_same_tokenizer
+    from pipeline.models.named import ensure_named_model
+    from stages.distill import check_same_tokenizer
 
     other = tmp_path / "other"
     tok = __import__("transformers").AutoTokenizer.from_pretrained(str(tiny_model))
@@ -85,9 +85,9 @@ def test_long2short_dpo_shortens_a_verbose_model(tmp_path, tiny_model):
     """The issue's evidence: a tiny model fine-tuned to think verbosely, then DPO on concise-vs-padded
     pairs: its greedy responses get shorter, and accuracy stays within 0.1 of where it was."""
     from data_curation.sources import load_rows
-    from stages.kinds import dpo, sft
-    from stages.kinds.evaluate import EvalSpec, evaluate
-    from stages.kinds.preference_pairs import padded_pairs
+    from stages import dpo, sft
+    from stages.evaluate import EvalSpec, evaluate
+    from stages.preference_pairs import padded_pairs
 
     rows = load_rows("synthetic_math", "train", 400, 3, {"difficulties": [1]})
     pairs = padded_pairs(rows, padding=2)

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from pipeline.launcher import StageFailed, free_port, run_worker
-from pipeline.rollout_server import LOG_NAME, ServerFailed, gpu_split, rollout_server, server_command
-from stages.kinds.launch import LaunchSpec, RolloutServer
+from pipeline.launch.rollout_server import LOG_NAME, ServerFailed, gpu_split, rollout_server, server_command
+from pipeline.launch.workers import StageFailed, free_port, run_worker
+from stages.launch import LaunchSpec, RolloutServer
 from tests.test_launcher import _alive
 
 STAND_IN = """
@@ -71,8 +71,8 @@ def test_the_real_trl_vllm_serve_failing_fails_the_stage_with_its_log(tmp_path, 
 
 
 def test_grpo_points_trls_client_at_the_launchers_server(tmp_path):
-    from stages.kinds.grpo import GRPOConfig, trl_config
-    from stages.kinds.runtime import StageContext
+    from stages.grpo import GRPOConfig, trl_config
+    from stages.runtime import StageContext
 
     port = free_port()
     cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", rewards=[{"name": "format_think"}],

@@ -4,8 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stages.kinds.contracts import WorkerSpec
-from stages.kinds.runtime import StageContext, checkpoint_step, last_checkpoint
+from stages.contracts import WorkerSpec
+from stages.runtime import StageContext, checkpoint_step, last_checkpoint
 
 
 def test_resume_skips_and_removes_checkpoints_cut_short_mid_save(tmp_path):

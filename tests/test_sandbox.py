@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.rewards import get_reward
-from stages.rewards.sandbox import run_python, sandbox_problem
+from toolkit.rewards import get_reward
+from toolkit.rewards.sandbox import run_python, sandbox_problem
 
 SPEC = json.dumps({"tests": ["assert f() == 1"]})
 HOSTILE = {
@@ -142,7 +142,7 @@ def test_the_sandbox_is_isolated(home):
 
 def test_no_silent_fallback_when_bwrap_is_missing(monkeypatch, tmp_path):
     from pipeline.recipe import RecipeError, load_recipe
-    from stages.rewards import SandboxUnavailable
+    from toolkit.rewards import SandboxUnavailable
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
     sandbox_problem.cache_clear()

@@ -41,7 +41,7 @@ def test_packaged_benchmarks_load_completely():
 
 
 def test_humaneval_canonical_solutions_pass_their_own_tests():
-    from stages.rewards import get_reward
+    from toolkit.rewards import get_reward
 
     rows = load_rows("humaneval", "all", 3)
     scores = get_reward("code_exec")(completions=[r["solution"] for r in rows], answer=[r["answer"] for r in rows])
@@ -51,7 +51,7 @@ def test_humaneval_canonical_solutions_pass_their_own_tests():
 
 
 def test_ifeval_reference_answers_satisfy_their_constraints_and_others_do_not():
-    from stages.rewards import get_reward
+    from toolkit.rewards import get_reward
 
     rows = load_rows("ifeval_synthetic", "train", 60)
     reward = get_reward("ifeval_constraints")
@@ -117,7 +117,7 @@ def test_specs_that_cannot_load_are_refused_before_any_row_is_read(tmp_path):
 
 
 def test_recipe_data_path_shorthand(tmp_path):
-    from stages.kinds.common import DataSpec
+    from stages.common import DataSpec
 
     spec = DataSpec.model_validate({"path": "x.jsonl", "columns": {"question": "q"}, "on_bad_rows": "skip"})
     assert spec.source == "file" and spec.params == {"path": "x.jsonl", "columns": {"question": "q"}}

@@ -1,8 +1,8 @@
 from data_curation.schema import check_row
 from data_curation.sources import load_rows
-from stages.core.text import question_text
-from stages.rewards import get_reward
-from stages.rewards.format import is_well_formed
+from toolkit.core.text import question_text
+from toolkit.rewards import get_reward
+from toolkit.rewards.format import is_well_formed
 
 
 def test_rows_follow_the_schema_and_solutions_verify():

@@ -5,8 +5,8 @@ import pytest
 
 from data_curation.fusion import build_fusion
 from data_curation.sources import load_rows
-from pipeline.model_builds import SMOLLM2_CHAT_TEMPLATE, build_tiny_tokenizer
-from stages.core.thinking import (
+from pipeline.models.builds import SMOLLM2_CHAT_TEMPLATE, build_tiny_tokenizer
+from toolkit.core.thinking import (
     EMPTY_THINK,
     STOP_THINKING,
     flag_of,
@@ -122,7 +122,7 @@ def test_fusion_rows_follow_the_layouts_and_the_last_flag_rule():
 
 
 def test_a_flag_is_recognised_anywhere_in_the_turn_and_the_last_one_wins():
-    from stages.core.thinking import flag_of, governing_mode
+    from toolkit.core.thinking import flag_of, governing_mode
 
     assert flag_of("/no_think what is 2+2?") == "no_think"
     assert flag_of("what is /think 2+2?") == "think"

@@ -18,8 +18,8 @@ import httpx
 import mlflow
 import pytest
 
-from pipeline.home import tracking_uri
-from pipeline.prefect_api import free_port, healthy
+from pipeline.launch.prefect_api import free_port, healthy
+from pipeline.store.home import tracking_uri
 from tests.conftest import POSTTRAIN, REPO, cli_env, parent_pid
 
 pytestmark = pytest.mark.slow

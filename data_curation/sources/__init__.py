@@ -13,7 +13,7 @@ from types import ModuleType
 
 from data_curation.schema import check_row
 from data_curation.sources import champ, files, general_chat, humaneval, ifeval_synthetic, synthetic_math
-from stages.core.fingerprints import code_fingerprint
+from toolkit.core.fingerprints import code_fingerprint
 
 MODULES: dict[str, ModuleType] = {m.NAME: m for m in (synthetic_math, champ, humaneval, ifeval_synthetic,
                                                       general_chat, files)}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from data_curation.schema import VERIFIERS, make_row
 from data_curation.sources.splits import in_split
-from stages.core.files import dir_fingerprint, sha256_file
+from toolkit.core.files import dir_fingerprint, sha256_file
 
 NAME = "file"
 REQUIRES = None

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from data_curation.schema import make_row
 from data_curation.sources.splits import in_split
-from stages.rewards.ifeval import check_constraints
+from toolkit.rewards.ifeval import check_constraints
 
 NAME = "ifeval_synthetic"
 VERIFIERS = ("ifeval",)  # what its rows are judged by (recipe validation reasons with it)

@@ -1,0 +1,102 @@
+"""Evaluation per thinking mode and per thinking budget (Qwen3): how accuracy changes when the
+model is told /think or /no_think, and as its thinking budget shrinks.
+
+- modes: each held-out prompt gets the mode's flag on its last user turn; greedy decoding. Per mode:
+  accuracy, mode compliance (think: a think block with thinking in it; no_think: the empty block
+  `<think>\\n\\n</think>`), language consistency rate (completions with at least 95% of their words
+  in the row's language) and mean answer length in tokens.
+- answers are read where the recipe's rules put them (EvalSpec.answer_rules): never inside the
+  thinking, so a completion cut mid-thought scores 0 whatever numbers its thinking mentions.
+- budgets: the prompts as they are (thinking is the default), greedy, with the thinking budget
+  (toolkit.rollouts; 0 = no-think, None = unlimited). Per budget: accuracy, mean thinking tokens and
+  the share of completions whose thinking was cut. `budget_curve.png` plots accuracy against budget,
+  with the no-think accuracy as a reference line when `no_think` is among the modes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolkit.core.files import save_figure
+from toolkit.core.language import consistency
+from toolkit.core.stats import rate_interval
+from toolkit.core.text import split_thinking
+from toolkit.core.thinking import complies, flag_messages
+from toolkit.rewards.verifiers import score_rows
+from toolkit.rollouts import Engine, SamplingSpec
+
+CONSISTENT = 0.95
+
+
+def mean_defined(values) -> float:
+    """Mean of the values that are not None; 0 when there are none."""
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else 0.0
+
+
+def with_interval(out: dict[str, float], name: str, summary: dict[str, float]) -> None:
+    """A metric with its 95% interval (`_lo`, `_hi`) and the count it was judged on (`_n`)."""
+    out[name] = summary["mean"]
+    out.update({f"{name}_lo": summary["lo"], f"{name}_hi": summary["hi"], f"{name}_n": summary["n"]})
+
+
+def _consistent(text: str, language: str) -> float | None:
+    share = consistency(text, language or "en")
+    return None if share is None else float(share >= CONSISTENT)
+
+
+def mode_metrics(engine: Engine, rows: list[dict], spec, modes: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for mode in modes:
+        prompts = [flag_messages(r["prompt"], mode) for r in rows]
+        texts = [c[0] for c in engine.texts(
+            prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size))]
+        answers = [split_thinking(t)[1] for t in texts]
+        prefix = f"eval/mode/{mode}/"
+        with_interval(out, prefix + "accuracy", rate_interval(score_rows(rows, texts, **spec.answer_rules())))
+        out[prefix + "mode_compliance"] = mean_defined([float(complies(t, mode)) for t in texts])
+        out[prefix + "language_consistency"] = mean_defined([_consistent(t, r["language"]) for t, r in zip(texts, rows)])
+        out[prefix + "answer_tokens_mean"] = mean_defined([len(engine.tokenizer(a, add_special_tokens=False)["input_ids"])
+                                                    for a in answers])
+    return out
+
+
+def budget_label(budget: int | None) -> str:
+    return "unlimited" if budget is None else str(budget)
+
+
+def budget_metrics(engine: Engine, rows: list[dict], spec, budgets: list[int | None]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for budget in budgets:
+        sampling = SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
+                                thinking_budget=budget, answer_max_new_tokens=spec.answer_max_new_tokens,
+                                stop_thinking=spec.stop_thinking)
+        done = [c[0] for c in engine.complete([r["prompt"] for r in rows], sampling)]
+        prefix = f"eval/budget/{budget_label(budget)}/"
+        with_interval(out, prefix + "accuracy", rate_interval(score_rows(rows, [c.text for c in done],
+                                                                          **spec.answer_rules())))
+        thinking = [c.thinking_tokens if c.thinking_tokens is not None else
+                    len(engine.tokenizer(split_thinking(c.text)[0] or "", add_special_tokens=False)["input_ids"])
+                    for c in done]
+        out[prefix + "thinking_tokens_mean"] = mean_defined(thinking)
+        out[prefix + "truncated_share"] = mean_defined([float(c.budget_hit) for c in done])
+    return out
+
+
+def plot_budget_curve(metrics: dict[str, float], budgets: list[int | None], unlimited_at: int, path: Path) -> None:
+    """Accuracy against thinking budget; `unlimited` is drawn at `unlimited_at` tokens."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = sorted((unlimited_at if b is None else b, metrics[f"eval/budget/{budget_label(b)}/accuracy"])
+                    for b in budgets)
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label="thinking, with budget")
+    if "eval/mode/no_think/accuracy" in metrics:
+        ax.axhline(metrics["eval/mode/no_think/accuracy"], linestyle="--", color="gray", label="/no_think")
+    ax.set_xlabel(f"thinking budget (tokens; unlimited drawn at {unlimited_at})")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(loc="lower right")
+    save_figure(fig, path)

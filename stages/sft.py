@@ -1,0 +1,72 @@
+"""Stage kind `sft`: supervised fine-tuning with TRL's SFTTrainer (optionally LoRA via peft).
+
+Used for R1's cold start (long-CoT traces), rejection-sampling SFT, Qwen3's thinking-mode fusion and
+off-policy distillation. Each row is trained as a prompt/completion pair, with the loss on the
+completion only: the prompt is the row's chat messages, the completion its `solution`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from stages.common import DataOrMix, StageBase, TrainingKnobs
+from stages.contracts import StageOutput
+from stages.runtime import (
+    last_checkpoint,
+    lora_config,
+    progress_callback,
+    record_mixture,
+    save_model,
+    train_metrics,
+    trainer_args,
+    training_rows,
+)
+from toolkit.rollouts import load_tokenizer
+
+
+class SFTConfig(DataOrMix, StageBase, TrainingKnobs):
+    kind: Literal["sft"] = "sft"
+    model: str = Field(description="base model: profile alias, named model, path, hub id or `stage.model`; "
+                       "`base` retrains the profile's base model after other stages (R1 stage 3)")
+    learning_rate: float = Field(2e-5, gt=0)
+
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("model",)
+    MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("model",)
+    EVAL_INPUT: ClassVar[str | None] = "model"
+    DATA_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+
+def to_prompt_completion(rows: list[dict]) -> list[dict]:
+    missing = [r["id"] for r in rows if not r.get("solution")]
+    if missing:
+        raise ValueError(f"sft needs a `solution` on every row; {len(missing)} rows lack one, e.g. {missing[:3]}")
+    return [{"prompt": r["prompt"], "completion": [{"role": "assistant", "content": r["solution"]}]} for r in rows]
+
+
+def run(cfg: SFTConfig, ctx) -> StageOutput:
+    rows, composition = training_rows(cfg, ctx, "SFT")
+    metrics = train_on_rows(cfg, ctx, ctx.input("model"), rows)
+    mix_metrics, artifacts = record_mixture(composition, ctx)
+    metrics.update(mix_metrics)
+    return StageOutput(outputs={"model": "model"}, metrics=metrics, artifacts=artifacts)
+
+
+def train_on_rows(cfg, ctx, model_dir: str, rows: list[dict]) -> dict[str, float]:
+    """Fine-tune `model_dir` on rows (prompt messages -> `solution`) into <output>/model; returns the
+    training metrics. `cfg` is any config with the TrainingKnobs (SFT, off-policy distillation)."""
+    from datasets import Dataset
+    from trl import SFTConfig as TRLSFTConfig
+    from trl import SFTTrainer
+
+    tokenizer = load_tokenizer(model_dir, cfg.trust_remote_code)
+    train = Dataset.from_list(to_prompt_completion(rows))
+    args = TRLSFTConfig(**trainer_args(cfg, ctx), max_length=cfg.max_length, completion_only_loss=True,
+                        model_init_kwargs={"trust_remote_code": cfg.trust_remote_code})
+    trainer = SFTTrainer(model=model_dir, args=args, train_dataset=train, processing_class=tokenizer,
+                         peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks])
+    resume = last_checkpoint(ctx)
+    trainer.train(resume_from_checkpoint=resume)
+    save_model(trainer, tokenizer, ctx)
+    return {**train_metrics(trainer, resume), "train/rows": float(len(train))}

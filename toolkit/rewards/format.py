@@ -1,0 +1,63 @@
+"""Format rewards: DeepSeek-R1's reasoning-in-<think> layout and R1-Zero's <answer> tag style
+(`format_think`, all or nothing), and a tag count with partial credit (`format_tags`) for shaping
+early RL on small models: each of <think>, </think> and, with answer tags, <answer>, </answer>
+that appears exactly once earns its share, and only while those tags stand in that order (tags out
+of order, or an answer inside the thinking, earn nothing). `thinking_flag`: Qwen3's format following with the flags
+(stage 4): the completion obeys the /think or /no_think its prompt asks for."""
+
+from __future__ import annotations
+
+from toolkit.core.text import is_well_formed
+from toolkit.core.thinking import complies, flag_of, governing_mode
+from toolkit.rewards.base import Reward, completion_text
+
+
+class FormatThink(Reward):
+    name = "format_think"
+    accuracy = True  # a template-shaped answer must earn it, or the recipe's format reward is unreachable
+
+    def __init__(self, answer_tags: bool = False):
+        super().__init__()
+        self.answer_tags = answer_tags
+
+    def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
+        return [1.0 if is_well_formed(completion_text(c), self.answer_tags) else 0.0 for c in completions]
+
+
+class FormatTags(Reward):
+    name = "format_tags"
+    accuracy = True
+
+    def __init__(self, answer_tags: bool = False):
+        super().__init__()
+        self.tags_counted = ["<think>", "</think>"] + (["<answer>", "</answer>"] if answer_tags else [])
+
+    def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
+        return [self.score(completion_text(c)) for c in completions]
+
+    def score(self, text: str) -> float:
+        once = [tag for tag in self.tags_counted if text.count(tag) == 1]
+        positions = [text.find(tag) for tag in once]
+        if positions != sorted(positions):
+            return 0.0
+        return len(once) / len(self.tags_counted)
+
+
+class ThinkingFlag(Reward):
+    """1 when the completion follows the mode its prompt asks for (the last /think or /no_think
+    flag in a user or system turn; thinking by default): the empty think block for /no_think,
+    some thinking for /think. Prompts come as chat messages or, with plain templates, as text."""
+    name = "thinking_flag"
+
+    def __init__(self):
+        super().__init__()
+
+    def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
+        prompts = prompts or [None] * len(completions)
+        return [float(complies(completion_text(c), prompt_mode(p))) for p, c in zip(prompts, completions)]
+
+
+def prompt_mode(prompt) -> str:
+    if isinstance(prompt, list):
+        return governing_mode(prompt)
+    return flag_of(prompt or "") or "think"

@@ -1,0 +1,162 @@
+"""Which engine generates: `hf` (HF generate), `ct2` (CTranslate2, CPU), `vllm` (GPU), or `auto`,
+the fastest one available for the precision asked: on a GPU, vLLM with the [vllm] extra, else HF;
+on CPU, HF for float32 and bfloat16, CTranslate2 for int8 (the only engine here that runs it).
+
+Precision is a generation setting of its own, never silently changed: float32 (every engine on
+CPU), bfloat16 (HF on AMX or a GPU; vLLM) or int8 (CTranslate2, weights in int8, activations in
+float32). Lower precision changes outputs (bf16 and int8 greedy completions differ from float32's
+on most prompts), so a stage uses it only where a benchmark shows its held-out accuracy and rewards
+stay within float32's interval (benchmarks/bench_generation.py), and the stage's run records it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from toolkit.rollouts.sampling import Completion, SamplingSpec, complete
+
+ENGINES = ("auto", "hf", "ct2", "vllm")
+PRECISIONS = ("float32", "bfloat16", "int8")
+SUPPORTED = {"hf": {"float32", "bfloat16"}, "ct2": {"float32", "int8"}, "vllm": {"float32", "bfloat16"}}
+log = logging.getLogger(__name__)
+_OPENED: list[str] = []  # every engine this process loaded, for the stage's record
+
+
+@dataclass
+class Engine:
+    """A loaded model that samples completions; `name` and `precision` say what actually runs."""
+    name: str
+    precision: str
+    threads: int
+    tokenizer: object
+    _complete: Callable[[list, SamplingSpec, bool], list[list[Completion]]]
+
+    def complete(self, prompts: list[list[dict] | str], spec: SamplingSpec, progress: bool = False) -> list[list[Completion]]:
+        """`spec.n` Completions per prompt (see toolkit.rollouts.sampling for budgets and modes)."""
+        return self._complete(prompts, spec, progress)
+
+    def texts(self, prompts: list[list[dict] | str], spec: SamplingSpec, progress: bool = False) -> list[list[str]]:
+        return [[c.text for c in cs] for cs in self.complete(prompts, spec, progress)]
+
+    def describe(self) -> str:
+        return f"{self.name} {self.precision}, {self.threads} thread(s)"
+
+
+def drain_opened() -> list[str]:
+    """The engines this process loaded since the last call, as a stage records them (engine,
+    precision, threads); one worker process may run several stages (launcher mode `inprocess`)."""
+    found = sorted(set(_OPENED))
+    _OPENED.clear()
+    return found
+
+
+def engine_problems(engine: str, precision: str) -> list[str]:
+    """Why `engine` at `precision` cannot run here (empty when it can), for validation before any
+    compute: `auto` always runs, at float32 at least."""
+    from toolkit.rollouts.ct2 import ct2_unavailable
+    from toolkit.rollouts.vllm import vllm_unavailable
+
+    if engine == "auto":
+        return [] if precision != "int8" else [m for m in [ct2_unavailable()] if m]
+    problems = [] if precision in SUPPORTED[engine] else [
+        f"engine {engine} does not run {precision} (it runs {', '.join(sorted(SUPPORTED[engine]))})"]
+    if engine == "ct2":
+        problems += [m for m in [ct2_unavailable()] if m]
+    if engine == "vllm":
+        problems += vllm_unavailable()
+    return problems
+
+
+def resolve_engine(engine: str, precision: str) -> str:
+    """The engine `auto` stands for, at this precision, on this machine."""
+    import torch
+
+    if engine != "auto":
+        return engine
+    # Measured on the 2-core machine (benchmarks/RESULTS.md, fast generation): CTranslate2 float32
+    # runs at 0.66-0.93x HF float32's speed, its int8 at 0.95-1.2x; so on CPU, float32 stays HF
+    # and int8 is CTranslate2. On a GPU without vLLM, HF on the GPU.
+    for candidate in ("vllm", "hf") if torch.cuda.is_available() else ("hf", "ct2"):
+        if precision in SUPPORTED[candidate] and not engine_problems(candidate, precision):
+            return candidate
+    return "hf"
+
+
+def thread_budget() -> int:
+    """The threads this process may use: torch's setting, which the launcher sets from
+    OMP_NUM_THREADS (the cores shared among the ranks on a node)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def open_engine(model_dir: str, engine: str = "auto", precision: str = "float32", trust_remote_code: bool = False) -> Engine:
+    """Load the model in `model_dir` into the engine; `auto` falls back to HF, with a warning, when
+    CTranslate2 cannot convert the model's architecture."""
+    loaded = _load(model_dir, engine, precision, trust_remote_code)
+    _OPENED.append(loaded.describe())
+    return loaded
+
+
+def _load(model_dir: str, engine: str, precision: str, trust_remote_code: bool) -> Engine:
+    import torch
+
+    if problems := engine_problems(engine, precision):
+        raise ValueError(f"generation engine {engine!r} at {precision}: " + "; ".join(problems))
+    chosen, threads = resolve_engine(engine, precision), thread_budget()
+    if chosen == "vllm":
+        from toolkit.rollouts.hf import load_tokenizer
+        from toolkit.rollouts.vllm import generate_vllm
+
+        def run(prompts, spec, progress):
+            return generate_vllm(model_dir, prompts, spec, trust_remote_code, precision)
+        return Engine("vllm", precision, threads, load_tokenizer(model_dir, trust_remote_code), run)
+    if chosen == "ct2":
+        from toolkit.rollouts.ct2 import converted, ct2_sampler, open_generator
+        from toolkit.rollouts.hf import load_tokenizer
+
+        try:
+            conversion = converted(model_dir, trust_remote_code)  # hashed and converted once per engine
+            generator = open_generator(conversion, precision, threads)
+        except (ValueError, NotImplementedError) as e:  # an architecture its converter does not know
+            if engine != "auto":
+                raise ValueError(f"engine ct2 cannot load {model_dir}: {e}") from e
+            log.warning("generation: CTranslate2 cannot convert %s (%s); using HF generate", model_dir, e)
+            return _load(model_dir, "hf", "float32" if precision == "int8" else precision, trust_remote_code)
+        import ctranslate2
+
+        tokenizer = load_tokenizer(model_dir, trust_remote_code)
+
+        def run(prompts, spec, progress):
+            sampler = generator
+            if spec.temperature > 0:
+                # CTranslate2 seeds each worker thread's generator once, on its first draw: a
+                # fresh generator (about a second) is the only way to make `seed` reproducible
+                ctranslate2.set_random_seed(spec.seed)
+                sampler = open_generator(conversion, precision, threads)
+            return complete(ct2_sampler(sampler, tokenizer), tokenizer, prompts, spec, progress)
+        return Engine("ct2", precision, threads, tokenizer, run)
+    from toolkit.rollouts.hf import hf_sampler, load_for_generation
+
+    model, tokenizer = load_for_generation(model_dir, trust_remote_code, precision)
+    sample = hf_sampler(model, tokenizer)
+
+    def run(prompts, spec, progress):
+        torch.manual_seed(spec.seed)
+        return complete(sample, tokenizer, prompts, spec, progress)
+    return Engine("hf", precision, threads, tokenizer, run)
+
+
+def rollout_completions(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec, engine: str = "auto",
+                        precision: str = "float32", trust_remote_code: bool = False,
+                        progress: bool = False) -> list[list[Completion]]:
+    """`spec.n` Completions per prompt from the model in `model_dir`."""
+    return open_engine(model_dir, engine, precision, trust_remote_code).complete(prompts, spec, progress)
+
+
+def rollout(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec, engine: str = "auto",
+            precision: str = "float32", trust_remote_code: bool = False, progress: bool = False) -> list[list[str]]:
+    """`spec.n` completion texts per prompt from the model in `model_dir`."""
+    return open_engine(model_dir, engine, precision, trust_remote_code).texts(prompts, spec, progress)

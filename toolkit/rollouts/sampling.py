@@ -1,0 +1,150 @@
+"""What every engine shares: the sampling settings, the completion record, prompt rendering, and
+budgeted two-phase generation written once over a token-level sampler.
+
+Thinking modes and budgets (Qwen3): `enable_thinking=False` renders the chat template's empty think
+block into the prompt. With `thinking_budget=B`, generation runs in two phases: up to B tokens, stopping
+early at `</think>`; a completion that spent its budget without closing its thinking gets the
+stop-thinking string appended once; then every unfinished completion continues, from its own tokens
+so far (prompt + thinking are fed back as the prefix, never sampled again), for up to
+`answer_max_new_tokens`. Budget 0 is the no-think mode. A model that answers without opening a think
+block still has its first B tokens counted as thinking: the budget is a cap on tokens before the
+answer phase, as in Qwen's reference implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from toolkit.core.thinking import EMPTY_THINK, STOP_THINKING
+
+THINK_END = "</think>"
+
+
+@dataclass
+class SamplingSpec:
+    max_new_tokens: int = 256  # the whole completion (without a budget)
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    n: int = 1  # completions per prompt
+    batch_size: int = 16
+    seed: int = 0
+    enable_thinking: bool = True  # False: the template's empty think block ends the prompt (no-think)
+    thinking_budget: int | None = None  # tokens of thinking before the stop-thinking string is forced
+    answer_max_new_tokens: int | None = None  # tokens after the thinking phase; None = max_new_tokens
+    stop_thinking: str = STOP_THINKING
+
+    @property
+    def budgeted(self) -> bool:
+        return self.thinking_budget is not None and self.thinking_budget > 0 and self.enable_thinking
+
+    def effective(self) -> SamplingSpec:
+        """Budget 0 means no thinking at all: the no-think mode."""
+        return replace(self, enable_thinking=False, thinking_budget=None) if self.thinking_budget == 0 else self
+
+
+@dataclass
+class Completion:
+    text: str
+    finished: bool  # ended with the end-of-turn token; False = cut off by a token limit
+    tokens: int  # generated tokens, an inserted stop-thinking string included
+    thinking_tokens: int | None = None  # tokens spent before the answer phase (budgeted generation)
+    budget_hit: bool = False  # the stop-thinking string was inserted
+
+
+# A token-level sampler: for each sequence of token ids (prompt and any prefix), the ids it generates,
+# each row cut after the token that ended it (kept: an end-of-turn, or the `</think>` a budget's first
+# phase stops at) and without padding. Arguments: sequences, max new tokens, stop at `</think>`, spec
+# (temperature, top_p). Rows are sampled independently; `n` copies of a prompt are `n` rows.
+TokenSampler = Callable[[list[list[int]], int, bool, SamplingSpec], list[list[int]]]
+
+
+def render(tokenizer, prompt: list[dict] | str, enable_thinking: bool = True) -> str:
+    """The text a prompt becomes. No-think mode relies on the template's `enable_thinking`; for a
+    template that ignores it (or a plain-text prompt) the empty think block is appended here."""
+    if isinstance(prompt, str):
+        return prompt if enable_thinking else prompt + EMPTY_THINK
+    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=enable_thinking)
+    if not enable_thinking and not text.endswith(EMPTY_THINK):
+        text += EMPTY_THINK
+    return text
+
+
+def think_end_id(tokenizer) -> int | None:
+    """`</think>` as one token id, or None where the tokenizer splits it (SmolLM2)."""
+    ids = tokenizer(THINK_END, add_special_tokens=False)["input_ids"]
+    return ids[0] if len(ids) == 1 else None
+
+
+def cut_at_stop(tokenizer, row: list[int], stops: set[int], stop_string: bool) -> list[int]:
+    """A generated row cut after its first stop: a stop token, or (`stop_string`) the token that
+    completes a multi-token `</think>`. Where the pad token is the end token (SmolLM2: both are 2), a
+    row that stopped at `</think>` while others went on is padded with end tokens; those are padding,
+    not an end of turn, or the row would never get its answer."""
+    for i, token in enumerate(row):
+        if token in stops:
+            return row[:i + 1]
+        if stop_string and ">" in tokenizer.decode([token]) and tokenizer.decode(row[:i + 1]).rstrip().endswith(THINK_END):
+            return row[:i + 1]
+    return row
+
+
+def _clean(text: str, tokenizer) -> str:
+    for tok in {tokenizer.eos_token, tokenizer.pad_token, "<|im_end|>", "<|endoftext|>"} - {None}:
+        text = text.split(tok)[0] if tok == tokenizer.eos_token else text.replace(tok, "")
+    return text.strip()
+
+
+def complete(sample: TokenSampler, tokenizer, prompts: list[list[dict] | str], spec: SamplingSpec,
+             progress: bool = False) -> list[list[Completion]]:
+    """`spec.n` Completions per prompt, with a thinking budget when the spec sets one. Chat prompts
+    (lists of messages) go through the chat template; plain strings (toolkit.core.templates) are used
+    as they are."""
+    from tqdm import tqdm
+
+    spec = spec.effective()
+    texts = [render(tokenizer, p, spec.enable_thinking) for p in prompts]
+    out: list[list[Completion]] = []
+    for start in tqdm(range(0, len(texts), spec.batch_size), desc="generate", disable=not progress):
+        encoded = tokenizer(texts[start:start + spec.batch_size], add_special_tokens=False)["input_ids"]
+        prompt_ids = [ids for ids in encoded for _ in range(spec.n)]
+        limit = spec.thinking_budget if spec.budgeted else spec.max_new_tokens
+        first = sample(prompt_ids, limit, spec.budgeted, spec)
+        done = _finish_thinking(sample, tokenizer, prompt_ids, first, spec) if spec.budgeted else [
+            _completion(tokenizer, ids, []) for ids in first]
+        out += [done[i:i + spec.n] for i in range(0, len(done), spec.n)]
+    return out
+
+
+def _completion(tokenizer, ids: list[int], answer_ids: list[int], inserted: list[int] | None = None,
+                closing_tokens: int | None = None) -> Completion:
+    """`closing_tokens`: budgeted generation only, how many of `ids` are the model's own `</think>`."""
+    inserted = inserted or []
+    full = ids + inserted + answer_ids
+    text = _clean(tokenizer.decode(full, skip_special_tokens=False), tokenizer)
+    finished = bool(full) and full[-1] == tokenizer.eos_token_id
+    thinking = None if closing_tokens is None else len(ids) - closing_tokens
+    return Completion(text=text, finished=finished, tokens=len(full), thinking_tokens=thinking,
+                      budget_hit=bool(inserted))
+
+
+def _finish_thinking(sample: TokenSampler, tokenizer, prompt_ids: list[list[int]], first: list[list[int]],
+                     spec: SamplingSpec) -> list[Completion]:
+    """Phase two of budgeted generation: insert the stop-thinking string where the budget ran out,
+    then continue every unfinished sequence from its own tokens to its answer."""
+    stop_ids = tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    closed = [THINK_END in tokenizer.decode(ids) for ids in first]
+    ended = [bool(ids) and ids[-1] == eos for ids in first]
+    inserted = [[] if end or close else stop_ids for end, close in zip(ended, closed)]
+    todo = [i for i, end in enumerate(ended) if not end]
+    think_end_tokens = len(tokenizer(THINK_END, add_special_tokens=False)["input_ids"])
+    answers: dict[int, list[int]] = {}
+    answer_spec = replace(spec, n=1)
+    for start in range(0, len(todo), spec.batch_size):
+        chunk = todo[start:start + spec.batch_size]
+        seqs = [prompt_ids[i] + first[i] + inserted[i] for i in chunk]
+        answers.update(zip(chunk, sample(seqs, spec.answer_max_new_tokens or spec.max_new_tokens, False, answer_spec)))
+    return [_completion(tokenizer, ids, answers.get(i, []), inserted[i], think_end_tokens if closed[i] else 0)
+            for i, ids in enumerate(first)]

@@ -1,0 +1,61 @@
+"""vLLM's offline engine, when the [vllm] extra is installed and a GPU is present; recipes that ask
+for it are refused at validation otherwise. It samples from text, not from a token sampler, so the
+budget's two phases are written here in its own terms."""
+
+from __future__ import annotations
+
+from toolkit.rollouts.sampling import Completion, SamplingSpec, render
+
+
+def vllm_unavailable() -> list[str]:
+    """Why vLLM rollouts cannot run here (empty when they can)."""
+    import importlib.util
+
+    import torch
+
+    problems = []
+    if importlib.util.find_spec("vllm") is None:
+        problems.append("vLLM rollouts need the [vllm] extra: pip install 'posttrain[vllm]'")
+    if not torch.cuda.is_available():
+        problems.append("vLLM rollouts need a GPU; use rollout: hf on CPU")
+    return problems
+
+
+def generate_vllm(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec,
+                  trust_remote_code: bool = False, precision: str = "bfloat16") -> list[list[Completion]]:
+    """The same contract on vLLM's offline engine; the budget's second phase resubmits each
+    sequence's text, which vLLM's prefix cache serves without recomputing it.
+    Not exercised on this CPU-only machine."""
+    from vllm import LLM, SamplingParams
+
+    spec = spec.effective()
+    llm = LLM(model=model_dir, trust_remote_code=trust_remote_code, seed=spec.seed, enable_prefix_caching=True,
+              dtype=precision)
+    tokenizer = llm.get_tokenizer()
+    texts = [render(tokenizer, p, spec.enable_thinking) for p in prompts]
+    base = dict(temperature=spec.temperature, top_p=spec.top_p, seed=spec.seed)
+
+    def done(out, text: str, thinking: int | None = None, hit: bool = False, before: int = 0) -> Completion:
+        return Completion(text=text, finished=out.finish_reason == "stop" and out.stop_reason is None,
+                          tokens=before + len(out.token_ids), thinking_tokens=thinking, budget_hit=hit)
+
+    if not spec.budgeted:
+        params = SamplingParams(n=spec.n, max_tokens=spec.max_new_tokens, **base)
+        return [[done(o, o.text) for o in r.outputs] for r in llm.generate(texts, params)]
+    first = llm.generate(texts, SamplingParams(n=spec.n, max_tokens=spec.thinking_budget, stop=["</think>"],
+                                               include_stop_str_in_output=True, **base))
+    pending = []  # (prompt index, sample index, text so far, thinking tokens, budget hit)
+    results: list[list[Completion | None]] = [[None] * spec.n for _ in texts]
+    for i, r in enumerate(first):
+        for j, o in enumerate(r.outputs):
+            if o.finish_reason == "stop" and o.stop_reason is None:  # end of turn inside the thinking
+                results[i][j] = done(o, o.text, len(o.token_ids))
+                continue
+            hit = o.stop_reason != "</think>"
+            pending.append((i, j, o.text + (spec.stop_thinking if hit else ""), len(o.token_ids), hit))
+    stop_tokens = len(tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"])
+    answer = SamplingParams(n=1, max_tokens=spec.answer_max_new_tokens or spec.max_new_tokens, **base)
+    for (i, j, so_far, thinking, hit), r in zip(pending, llm.generate([texts[i] + t for i, _, t, _, _ in pending], answer)):
+        results[i][j] = done(r.outputs[0], so_far + r.outputs[0].text, thinking, hit,
+                             before=thinking + (stop_tokens if hit else 0))
+    return results
