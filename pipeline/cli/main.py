@@ -166,8 +166,8 @@ def cmd_ui(args) -> int:
     return start_uis(args.host, args.prefect_port, args.mlflow_port)
 
 
-def main(argv: list[str] | None = None) -> int:
-    configure_environment()
+def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand and flag (the docs' command examples are checked against it)."""
     p = argparse.ArgumentParser(prog="posttrain", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     for name, fn, helptext in [("run", cmd_run, "run a recipe as a Prefect flow"),
@@ -209,7 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     add_eval(sub)
     add_curate(sub)
     add_cluster(sub)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    configure_environment()
+    args = build_parser().parse_args(argv)
     from pipeline.recipe import RecipeError
     try:
         return args.fn(args)

@@ -28,7 +28,7 @@ class NamedModel:
     description: str
     build: Callable[[Path], None]
     revision: int = 1  # bump when the build changes; cached builds of older revisions are rebuilt
-    source: str = "built locally"  # where the weights come from, for `posttrain models` and the README
+    source: str = "built locally"  # where the weights come from, for `posttrain models` and docs/recipes.md
     missing: Callable[[], str | None] = lambda: None  # why it cannot be built here, if it cannot
     tokenizer: str = ""  # its tokenizer's family: models of one family share a vocabulary (distillation)
 
