@@ -14,7 +14,8 @@ from pathlib import Path
 from data_curation.sources import source_fingerprint
 from pipeline.gates import baseline_plan
 from pipeline.models.named import resolve_with_fingerprint
-from pipeline.recipe import ResolvedRecipe, deepspeed_config_path, is_evaluated
+from pipeline.recipe import ResolvedRecipe
+from pipeline.recipe_checks import deepspeed_config_path, is_evaluated
 from pipeline.store.home import home
 from stages.contracts import Lineage, StagePlan, StageResult
 from stages.launch import launch_key

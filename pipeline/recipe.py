@@ -17,23 +17,16 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, ValidationError
 
-from data_curation.sources import check_data_spec
 from pipeline import yaml_files
-from pipeline.models.named import check_model_ref
-from pipeline.models.tokenizer_check import distill_tokenizer_errors
+from pipeline.recipe_checks import pydantic_errors, semantic_errors
 from pipeline.store.probe_cache import remembered_probes
-from stages.common import Strict, field_loc
+from stages.common import Strict
 from stages.evaluate import EvalSpec
-from stages.launch import host_slots
 from stages.registry import STAGE_CONFIGS
-from stages.reward_reach import scope_mismatches, unreachable_rewards
-from toolkit.rewards import check_reward_specs
-from toolkit.rewards.earnable import unearnable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO_ROOT / "recipes"
 PROFILES_DIR = RECIPES_DIR / "profiles"
-DEEPSPEED_DIR = REPO_ROOT / "infra" / "deepspeed"
 
 StageConfig = Annotated[Union[tuple(STAGE_CONFIGS.values())], Field(discriminator="kind")]  # noqa: UP007
 
@@ -210,139 +203,6 @@ def _apply_overrides(data: dict, where: dict, overrides: list[str]) -> list[str]
     return errors
 
 
-# ---------------------------------------------------------------- errors with YAML paths
-
-def _loc_path(loc: tuple) -> tuple:
-    """Drop pydantic's discriminator tag from a location: ('stages', 0, 'sft', 'x') -> ('stages', 0, 'x')."""
-    out = list(loc)
-    if len(out) >= 3 and out[0] == "stages" and isinstance(out[1], int) and out[2] in STAGE_CONFIGS:
-        del out[2]
-    return tuple(out)
-
-
-def format_path(loc: tuple) -> str:
-    s = ""
-    for part in loc:
-        s += f"[{part}]" if isinstance(part, int) else (f".{part}" if s else str(part))
-    return s or "(top level)"
-
-
-def _where(loc: tuple, where: dict, default: str) -> str:
-    for n in range(len(loc), -1, -1):
-        if loc[:n] in where:
-            return where[loc[:n]]
-    return default
-
-
-def _pydantic_errors(e: ValidationError, data: dict, where: dict, default: str) -> list[str]:
-    out = []
-    for err in e.errors():
-        loc = _loc_path(err["loc"])
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown field {loc[-1]!r}"
-        elif err["type"] == "union_tag_invalid":
-            kind = err["input"].get("kind") if isinstance(err.get("input"), dict) else None
-            msg = f"unknown stage kind {kind!r}; known kinds: {', '.join(STAGE_CONFIGS)}"
-        out.append(f"{_where(loc, where, default)}: {format_path(loc)}: {msg}")
-    return out
-
-
-# ---------------------------------------------------------------- checks beyond the schema
-
-def is_evaluated(recipe: Recipe, stage) -> bool:
-    """Whether the recipe's evaluation runs on this stage's model: decided here, once."""
-    return recipe.eval is not None and stage.evaluate and "model" in stage.OUTPUTS and stage.GENERATES
-
-
-def _semantic_errors(recipe: Recipe, where: dict, default: str) -> list[str]:
-    errors = []
-
-    def add(loc: tuple, msg: str):
-        errors.append(f"{_where(loc, where, default)}: {format_path(loc)}: {msg}")
-
-    produced: dict[str, tuple[str, ...]] = {}
-    order = [s.name for s in recipe.stages]
-    for i, stage in enumerate(recipe.stages):
-        loc = ("stages", i)
-        if stage.name in produced:
-            add(loc + ("name",), f"duplicate stage name {stage.name!r}")
-        for fpath, ref, wanted in stage.refs():
-            upstream, output = ref.split(".", 1)
-            floc = loc + field_loc(fpath)
-            if upstream not in order:
-                add(floc, f"{ref!r} names no stage; stages are {', '.join(order)}")
-            elif upstream not in produced:
-                add(floc, f"{ref!r} refers to stage {upstream!r}, which runs later (stage {order.index(upstream)}); "
-                          "inputs must come from earlier stages")
-            elif output not in produced[upstream]:
-                add(floc, f"stage {upstream!r} ({recipe.stages[order.index(upstream)].kind}) produces "
-                          f"{list(produced[upstream])}, not {output!r}")
-            elif output != wanted:
-                add(floc, f"{ref!r} is a stage's `{output}` output; this field takes `<stage>.{wanted}`")
-        ref_fields = {f for f, _, _ in stage.refs()}
-        for fpath, value in stage.model_inputs().items():
-            if fpath not in ref_fields and (msg := check_model_ref(value)):
-                add(loc + field_loc(fpath), msg)
-        for fpath, spec in stage.data_inputs().items():
-            if not spec.stage_ref:
-                for rel, msg in check_data_spec(spec.source, spec.params):
-                    add(loc + field_loc(fpath) + rel, msg)
-        for rel, msg in _launcher_errors(stage):
-            add(loc + ("launcher",) + rel, msg)
-        for rel, msg in stage.semantic_errors():
-            add(loc + rel, msg)
-        for rel, msg in stage.generation.problems():
-            add(loc + ("generation",) + rel, msg)
-        if stage.gate is not None and not is_evaluated(recipe, stage):
-            add(loc + ("gate",), "a gate compares held-out metrics, and this stage is not evaluated (no recipe "
-                                 "`eval`, `evaluate: false`, or no model output that generates)")
-        elif stage.gate is not None and stage.EVAL_INPUT is None:
-            add(loc + ("gate",), f"a {stage.kind} stage has no single input model to compare with")
-        produced[stage.name] = stage.OUTPUTS
-    if recipe.eval is not None:
-        for rel, msg in recipe.eval.generation.problems():
-            add(("eval", "generation") + rel, msg)
-        reward_errors = check_reward_specs(recipe.eval.rewards, recipe.eval.max_new_tokens)
-        for rel, msg in reward_errors or unearnable(recipe.eval.rewards, recipe.eval.template, recipe.eval.max_new_tokens):
-            add(("eval", "rewards") + rel, msg)
-        spec = recipe.eval.data
-        if spec.stage_ref:
-            add(("eval", "data", "source"), "evaluation data must be a named source, not a stage output")
-        for rel, msg in check_data_spec(spec.source, spec.params):
-            add(("eval", "data") + rel, msg)
-    for i, msg in distill_tokenizer_errors(recipe.stages):
-        add(("stages", i, "student"), msg)
-    for i, rel, msg in unreachable_rewards(recipe.stages) + scope_mismatches(recipe.stages):
-        add(("stages", i) + rel, msg)
-    return errors
-
-
-
-
-def _launcher_errors(stage) -> list[tuple[tuple, str]]:
-    """A stage's launch settings beyond their schema. A hostfile is read here, once: the plan carries
-    its lines, so every node launches from the same list."""
-    launcher, errors = stage.launcher, []
-    if launcher.mode == "deepspeed" and not deepspeed_config_path(launcher.deepspeed_config).exists():
-        errors.append((("deepspeed_config",), f"no DeepSpeed config {launcher.deepspeed_config!r} "
-                                              f"(looked for {deepspeed_config_path(launcher.deepspeed_config)})"))
-    if isinstance(launcher.nodes, str):
-        try:
-            launcher.nodes = [f"{host} slots={slots}" for host, slots in host_slots(launcher)]
-        except ValueError as e:
-            errors.append((("nodes",), str(e)))
-    if launcher.rollout_server is not None and getattr(stage, "rollout", None) != "vllm_server":
-        errors.append((("rollout_server",), f"a rollout server serves `rollout: vllm_server` stages; {stage.name} "
-                                            f"({stage.kind}) does not roll out through one"))
-    return errors
-
-
-def deepspeed_config_path(name: str) -> Path:
-    p = Path(name)
-    return p if p.suffix == ".json" else DEEPSPEED_DIR / f"{name}.json"
-
-
 def load_profile(name: str) -> tuple[Profile, dict, Path]:
     if name not in list_profiles():  # a name, never a path: `--profile ../smoke` must not read a recipe
         raise RecipeError([f"profile {name!r} not found; profiles: {', '.join(list_profiles())}"])
@@ -353,7 +213,7 @@ def load_profile(name: str) -> tuple[Profile, dict, Path]:
     try:
         return Profile.model_validate(data), where, path
     except ValidationError as e:
-        raise RecipeError(_pydantic_errors(e, data, where, str(path))) from None
+        raise RecipeError(pydantic_errors(e, data, where, str(path))) from None
 
 
 def load_recipe(ref: str, profile: str | None = None, overrides: list[str] | None = None) -> ResolvedRecipe:
@@ -367,7 +227,7 @@ def load_recipe(ref: str, profile: str | None = None, overrides: list[str] | Non
     try:
         Recipe.model_validate(copy.deepcopy(data))
     except ValidationError as e:
-        errors += _pydantic_errors(e, data, where, str(path))
+        errors += pydantic_errors(e, data, where, str(path))
     if profile:
         prof, pwhere, ppath = load_profile(profile)
         errors += _apply_profile(data, where, profile, prof, pwhere, ppath, path)
@@ -375,11 +235,11 @@ def load_recipe(ref: str, profile: str | None = None, overrides: list[str] | Non
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
-        errors += [m for m in _pydantic_errors(e, data, where, str(path)) if m not in errors]
+        errors += [m for m in pydantic_errors(e, data, where, str(path)) if m not in errors]
     if errors:
         raise RecipeError(errors)
     with remembered_probes():
-        errors = _semantic_errors(recipe, where, str(path))
+        errors = semantic_errors(recipe, where, str(path))
     if errors:
         raise RecipeError(errors)
     return ResolvedRecipe(recipe=recipe, profile=profile, source=path, overrides=overrides)
