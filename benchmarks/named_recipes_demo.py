@@ -1,0 +1,82 @@
+"""The named recipes on `demo` (SmolLM2-135M-Instruct on this CPU): does each make the model better?
+
+Each recipe runs from a fresh home (so its wall time includes converting SmolLM2 and building the
+student). Printed per recipe, as markdown for benchmarks/RESULTS.md:
+- one row per stage: kind, seconds, held-out accuracy on the recipe's evaluation set (200
+  `synthetic_math` prompts on demo) with its 95% interval, and the paired change against the model
+  the stage started from, with its interval (`posttrain show`'s numbers);
+- the base model and the recipe's product models on the second held-out set, `math_reworded`
+  (wordings no training data uses), through `posttrain eval`: paired against the base model.
+
+    .venv/bin/python benchmarks/named_recipes_demo.py [r1 kimi_k15 qwen3] [--write]
+
+`--write` appends the tables to benchmarks/RESULTS.md with the command and date. Runs take tens of
+minutes each on 2 cores; nothing else should share the machine while they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import subprocess
+import sys
+
+from recipe_runs import POSTTRAIN, ROOT, fresh_home, latest_stages, run_recipe, table_header, table_row
+
+# what each recipe offers a user (its registry products), compared on the second held-out set
+PRODUCTS = {"r1": ["all_rl", "distill"], "kimi_k15": ["rl", "short_rl"], "qwen3": ["general_rl", "distill_on"]}
+BASE = "smollm2-135m-instruct"
+
+
+def interval(metrics: dict, key: str) -> str:
+    if key not in metrics:
+        return ""
+    lo, hi = metrics.get(f"{key}_lo"), metrics.get(f"{key}_hi")
+    bounds = f" [{lo:+.3f}, {hi:+.3f}]" if key.startswith("change/") and lo is not None else \
+        f" [{lo:.3f}, {hi:.3f}]" if lo is not None else ""
+    return f"{metrics[key]:+.3f}{bounds}" if key.startswith("change/") else f"{metrics[key]:.3f}{bounds}"
+
+
+def stage_table(stages: list[dict]) -> str:
+    lines = [table_header("stage", "kind", "status", "seconds", "held-out accuracy [95%]", "change vs its input [95%]")]
+    for s in stages:
+        m = s.get("metrics") or {}
+        lines.append(table_row(s["name"], s["kind"], s["status"], f"{s.get('duration_s', 0):.0f}",
+                               interval(m, "eval/accuracy"), interval(m, "change/eval/accuracy")))
+    return "\n".join(lines)
+
+
+def reworded_table(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
+    done = {s["name"] for s in stages if s["status"] == "completed"}
+    models = [BASE] + [f"{name}@latest" for name in PRODUCTS.get(recipe, []) if name in done]
+    proc = subprocess.run([POSTTRAIN, "eval", *models, "--data", "math_reworded:eval", "--n", "200",
+                           "--max-new-tokens", "80"], cwd=ROOT, env=env, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else f"(posttrain eval failed: {proc.stderr.strip()[-500:]})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("recipes", nargs="*", default=["r1", "kimi_k15", "qwen3"])
+    parser.add_argument("--write", action="store_true", help="append the tables to benchmarks/RESULTS.md")
+    args = parser.parse_args()
+    report = []
+    for recipe in args.recipes:
+        home, env = fresh_home(f"named-{recipe}-")
+        code, seconds = run_recipe(recipe, env, "--profile", "demo", check=False)
+        stages = latest_stages(env)
+        block = (f"### `{recipe}` on `demo`: {'finished' if code == 0 else f'exit {code}'} in "
+                 f"{seconds / 60:.1f} min (fresh home {home})\n\n{stage_table(stages)}\n\n"
+                 f"Second held-out set (`math_reworded`, 200 prompts), paired against the base model:\n\n"
+                 f"```\n{reworded_table(recipe, env, stages)}\n```\n")
+        print(block, flush=True)
+        report.append(block)
+    if args.write:
+        command = "`.venv/bin/python benchmarks/named_recipes_demo.py " + " ".join(args.recipes) + " --write`"
+        with open(ROOT / "benchmarks" / "RESULTS.md", "a") as f:
+            f.write(f"\n## The named recipes on `demo` ({datetime.date.today()})\n\nCommand: {command}\n\n"
+                    + "\n".join(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
