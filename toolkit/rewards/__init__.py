@@ -5,6 +5,9 @@
 messages, the gold answer arrives as the `answer` column, and None means "cannot judge". Each
 reward keeps `counters` (timeouts, errors, None answers, sandbox runs) and `tags` for the stage's
 MLflow run (`reward_counter_metrics`, `reward_tags`).
+
+A new reward is a `Reward` subclass in a module here and one entry in `REWARDS` below; recipes
+then name it under `rewards:`. Imports only `toolkit.core`.
 """
 
 from __future__ import annotations
