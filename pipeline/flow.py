@@ -80,7 +80,7 @@ def _train_stage(cache_key: str, plan: StagePlan, parent_run_id: str, final: Pat
     write_json_atomic(partial / "stage_config.json", plan.model_dump(
         mode="json", include={"name", "kind", "config", "inputs", "eval", "cache_key", "fingerprints"}))
     child = mlflow_runs.start_stage_run(parent_run_id, plan.recipe, plan.name, plan.kind, plan.config, cache_key,
-                                     lineage=plan.lineage)
+                                        lineage=plan.lineage)
     _link_mlflow_run(child, plan.name)
     progress_id = _decoration(create_progress_artifact, 0.0, key=_artifact_key("progress", plan.name))
     spec = WorkerSpec.from_plan(plan, str(partial), os.getpid(), child)
@@ -166,7 +166,7 @@ def _file_model(resolved: ResolvedRecipe, stage, final: bool, result: StageResul
     model_dir = Path(result.output_dir) / result.outputs["model"]
     with held(model_lock(Path(result.output_dir).name)):  # a run that waited finds the model the first one logged
         model_id = logged_models.ensure_logged_model(result.mlflow_run_id, child, stage.name, model_dir,
-                                                   result.fingerprints["model"], result.metrics, mode)
+                                                     result.fingerprints["model"], result.metrics, mode)
     entry["logged_model_id"] = model_id
     if stage.registry is False or not (final or stage.registry):
         return
@@ -196,7 +196,7 @@ def _execute(stage, plan: StagePlan, parent: str, entry: dict):
 def _record_cached(parent_id: str, plan: StagePlan, result: StageResult) -> str:
     """A child run for a stage served from cache, so this pipeline run compares complete in MLflow."""
     child = mlflow_runs.start_stage_run(parent_id, plan.recipe, plan.name, plan.kind, plan.config,
-                                     plan.cache_key, cached_from=result.mlflow_run_id, lineage=plan.lineage)
+                                        plan.cache_key, cached_from=result.mlflow_run_id, lineage=plan.lineage)
     mlflow_runs.log_metrics(child, result.metrics)
     mlflow_runs.end_run(child, ok=True)
     _link_mlflow_run(child, plan.name)
@@ -228,6 +228,7 @@ def run_recipe(recipe: RecipeName, profile: ProfileName | None = None, overrides
 
 def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[str], run_id: str,
                 flow_run_id: str, logger) -> dict:
+    _prefect_down.clear()  # a long-lived process (`posttrain serve`) tries its API again with each run
     parent = mlflow_runs.start_pipeline_run(resolved.recipe.name, profile, overrides, run_id)
     record = {"id": run_id, "recipe": resolved.recipe.name, "profile": profile, "overrides": overrides,
               "started": time.time(), "status": "running", "mlflow_run_id": parent,
@@ -267,7 +268,7 @@ def _run_stages(resolved: ResolvedRecipe, profile: str | None, overrides: list[s
                 _file_model(resolved, stage, i == len(resolved.recipe.stages) - 1, result, child, entry)
             if not reused:  # a reused stage's datasets are on the run that made them
                 logged_models.log_datasets(child, stage.name, Path(result.output_dir), result.outputs,
-                                         result.fingerprints, _artifact_mode(resolved))
+                                           result.fingerprints, _artifact_mode(resolved))
             upstream[stage.name] = result
             how = "cached" if cached else "reused (published by another run)" if reused else "completed"
             logger.info("stage %s %s in %.1f s", stage.name, how, entry["duration_s"])
