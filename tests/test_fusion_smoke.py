@@ -116,7 +116,12 @@ def test_budget_inserts_the_stop_string_once_and_only_when_hit(fusion_model, hel
     for c in cut:
         assert c.thinking_tokens <= 4
         assert c.budget_hit == (STOP_SENTENCE in c.text)
-        assert c.text.count(STOP_SENTENCE) <= 1 and c.text.count("</think>") == 1
+        assert c.text.count(STOP_SENTENCE) <= 1
+        # the inserted string closes the thinking the budget cut (none closed before it); what the
+        # model writes after it is its answer, a stray `</think>` of its own included
+        before, _, after = c.text.partition(STOP_SENTENCE)
+        assert "</think>" not in before if c.budget_hit else c.text.count("</think>") >= 1
+        assert not c.budget_hit or after.startswith(STOP_THINKING.split(STOP_SENTENCE, 1)[1].rstrip())
     hit = [c for c in cut if c.budget_hit]
     assert len(hit) >= 0.9 * len(cut)  # the model thinks for far more than 4 tokens
     stop_body = STOP_THINKING.strip()
