@@ -249,6 +249,11 @@ def test_a_killed_terminal_run_is_closed_by_the_ui_within_seconds(page, uis, hom
         new = [p for p in (home / "runs").glob("*.json") if p not in before]
         return json.loads(new[0].read_text()) if new else None
     _wait("the run's first stage", lambda: (r := record()) and r["stages"][0]["status"] == "running", 240, proc, log)
+    # mid-stage: its worker is up, so Prefect has heard of the task run (a kill between the record's
+    # update and the task's first event would leave no task run to close)
+    _wait("the stage's worker", lambda: any(p.stat().st_mtime >= record()["started"] for p in
+                                            (home / "stages" / "smoke").glob("cold_start-*.partial/worker.pid")),
+          240, proc, log)
     assert f"using Prefect server {uis['prefect']}/api" in log.read_text()
     proc.send_signal(signal.SIGKILL)  # the run's process alone
     proc.wait()
