@@ -23,9 +23,17 @@ import sys
 
 from recipe_runs import POSTTRAIN, ROOT, fresh_home, latest_stages, run_recipe, table_header, table_row
 
-# what each recipe offers a user (its registry products), compared on the second held-out set
-PRODUCTS = {"r1": ["all_rl", "distill"], "kimi_k15": ["rl", "short_rl"], "qwen3": ["general_rl", "distill_on"]}
 BASE = "smollm2-135m-instruct"
+
+
+def products(recipe: str) -> list[str]:
+    """What the recipe offers a user, as the flow files it: every stage with `register:`, and the
+    final stage unless it opts out (`register: false`)."""
+    from pipeline.recipe import load_recipe
+
+    stages = load_recipe(recipe, "demo").recipe.stages
+    return [s.name for i, s in enumerate(stages)
+            if s.registry or (i == len(stages) - 1 and s.registry is not False)]
 
 
 def interval(metrics: dict, key: str) -> str:
@@ -48,7 +56,7 @@ def stage_table(stages: list[dict]) -> str:
 
 def reworded_table(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
     done = {s["name"] for s in stages if s["status"] == "completed"}
-    models = [BASE] + [f"{name}@latest" for name in PRODUCTS.get(recipe, []) if name in done]
+    models = [BASE] + [f"{name}@latest" for name in products(recipe) if name in done]
     proc = subprocess.run([POSTTRAIN, "eval", *models, "--data", "math_reworded:eval", "--n", "200",
                            "--max-new-tokens", "80"], cwd=ROOT, env=env, capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else f"(posttrain eval failed: {proc.stderr.strip()[-500:]})"

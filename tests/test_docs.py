@@ -2,6 +2,7 @@
 command they show parses with the real CLI (and, for a shipped recipe on `tiny` or `demo`,
 validates), every `make` target exists. The stage-kind example is run by test_architecture."""
 
+import functools
 import re
 import shlex
 from pathlib import Path
@@ -20,6 +21,7 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+@functools.cache
 def anchors(page: Path) -> set[str]:
     text = FENCE.sub("", page.read_text())
     return {slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}

@@ -61,8 +61,8 @@ def cmd_run(args) -> int:
         return 130
     except Exception as e:  # the stage error (with its worker log tail) was logged by Prefect
         down = services_down()
-        with contextlib.suppress(LookupError):
-            if down and (record := runs.find(run_id))["status"] == "completed":
+        with contextlib.suppress(OSError):  # no record: the run failed before it wrote one
+            if down and (record := runs.load(run_id))["status"] == "completed":
                 # Every stage is published and filed; only the flow run's last state update was lost.
                 record["services_closed"] = False  # the next run or `posttrain ui` closes it there
                 runs.save(record)
