@@ -102,7 +102,7 @@ def semantic_errors(recipe, where: dict, default: str) -> list[str]:
                 add(loc + field_loc(fpath), msg)
         for fpath, spec in stage.data_inputs().items():
             if not spec.stage_ref:
-                for rel, msg in check_data_spec(spec.source, spec.params):
+                for rel, msg in check_data_spec(spec.source, spec.params, spec.split):
                     add(loc + field_loc(fpath) + rel, msg)
         for rel, msg in _launcher_errors(stage):
             add(loc + ("launcher",) + rel, msg)
@@ -125,7 +125,7 @@ def semantic_errors(recipe, where: dict, default: str) -> list[str]:
         spec = recipe.eval.data
         if spec.stage_ref:
             add(("eval", "data", "source"), "evaluation data must be a named source, not a stage output")
-        for rel, msg in check_data_spec(spec.source, spec.params):
+        for rel, msg in check_data_spec(spec.source, spec.params, spec.split):
             add(("eval", "data") + rel, msg)
     for i, msg in distill_tokenizer_errors(recipe.stages):
         add(("stages", i, "student"), msg)

@@ -50,3 +50,8 @@ def test_the_reworded_held_out_set_shares_no_wording_with_synthetic_math():
                     answer=[r["answer"] for r in reworded]) == [1.0] * 200
     with pytest.raises(ValueError, match="held-out only"):
         load_rows("math_reworded", "train", 10)
+    from data_curation.sources import check_data_spec  # and a recipe that trains on it is refused at validation
+
+    assert check_data_spec("math_reworded", {}, "train") == [
+        (("split",), "math_reworded has no 'train' split (it has eval, all): it is held-out only")]
+    assert check_data_spec("math_reworded", {}, "eval") == []

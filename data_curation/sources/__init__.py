@@ -79,10 +79,13 @@ def source_fingerprint(source: str, params: dict | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def check_data_spec(source: str, params: dict) -> list[tuple[tuple, str]]:
+def check_data_spec(source: str, params: dict, split: str | None = None) -> list[tuple[tuple, str]]:
     """Problems with a named-source data spec, as (relative YAML path, message); loads no rows."""
     if source not in SOURCES:
         return [(("source",), f"unknown data source {source!r}; known: {', '.join(sorted(SOURCES))}")]
+    splits = getattr(MODULES[source], "SPLITS", None)  # a held-out-only source has no train split
+    if split is not None and splits is not None and split not in splits:
+        return [(("split",), f"{source} has no {split!r} split (it has {', '.join(splits)}): it is held-out only")]
     accepted = source_params(source) - RESERVED
     errors = [(("params", k), f"{source} takes no parameter {k!r}; it takes {sorted(accepted)}")
               for k in params if k not in accepted]

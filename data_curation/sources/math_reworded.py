@@ -18,6 +18,7 @@ from data_curation.schema import make_row
 
 NAME = "math_reworded"
 VERIFIERS = ("math",)
+SPLITS = ("eval", "all")  # held-out only: recipe validation refuses a train split
 CONTAINERS = [("shelf", "jars"), ("crate", "bottles"), ("shop", "lamps"), ("library", "maps"), ("garden", "pots")]
 
 
