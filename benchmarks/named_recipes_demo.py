@@ -58,7 +58,7 @@ def reworded_table(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
     done = {s["name"] for s in stages if s["status"] == "completed"}
     models = [BASE] + [f"{name}@latest" for name in products(recipe) if name in done]
     proc = subprocess.run([POSTTRAIN, "eval", *models, "--data", "math_reworded:eval", "--n", "200",
-                           "--max-new-tokens", "80"], cwd=ROOT, env=env, capture_output=True, text=True)
+                           "--max-new-tokens", "80", "--batch-size", "64"], cwd=ROOT, env=env, capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else f"(posttrain eval failed: {proc.stderr.strip()[-500:]})"
 
 

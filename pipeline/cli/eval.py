@@ -161,7 +161,8 @@ def evaluate_models(args) -> dict | int:
 
     try:
         spec = EvalSpec.model_validate({
-            "data": data_spec(args.data, args.n), "max_new_tokens": args.max_new_tokens, "samples": args.samples,
+            "data": data_spec(args.data, args.n), "max_new_tokens": args.max_new_tokens,
+            "batch_size": args.batch_size, "samples": args.samples,
             "rewards": [parse_reward(r) for r in args.reward], "modes": args.mode, "budgets": args.budget,
             "template": args.template, "generation": model_fields_from(args, GenerationSpec)})
         if problems := spec.generation.problems():
@@ -214,6 +215,8 @@ def add_parser(sub) -> None:
     sp.add_argument("--budget", action="append", default=[], type=int, help="thinking budget in tokens (repeatable)")
     sp.add_argument("--samples", type=int, default=0, help="sampled completions per prompt: pass@1, pass@k, maj@k")
     sp.add_argument("--max-new-tokens", type=int, default=256)
+    sp.add_argument("--batch-size", type=int, default=16, help="prompts per generate call (bigger is faster on "
+                    "CPU; greedy outputs can differ in a few prompts between batch sizes)")
     sp.add_argument("--template", default="chat", help="prompt template: chat, r1_zero or a {prompt} string")
     sp.add_argument("--trust-remote-code", action="store_true")
     add_model_arguments(sp, GenerationSpec, skip=set())  # --engine, --precision
