@@ -26,10 +26,15 @@ def run_recipe(recipe: str, env: dict[str, str], *args: str, check: bool = True)
     return done.returncode, time.perf_counter() - started
 
 
+def shown_run(env: dict[str, str] | None = None, run: str = "latest") -> dict | None:
+    """A run's record (id, mlflow_run_id, stages, ...) as `posttrain show RUN --json` gives it."""
+    show = subprocess.run([POSTTRAIN, "show", run, "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
+    return json.loads(show.stdout) if show.returncode == 0 else None
+
+
 def latest_stages(env: dict[str, str]) -> list[dict]:
-    """The latest run's stages (name, status, metrics, ...), as `posttrain show latest --json` gives them."""
-    show = subprocess.run([POSTTRAIN, "show", "latest", "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
-    return json.loads(show.stdout)["stages"] if show.returncode == 0 else []
+    """The latest run's stages (name, status, metrics, ...)."""
+    return (shown_run(env) or {}).get("stages", [])
 
 
 def table_header(*columns: str) -> str:

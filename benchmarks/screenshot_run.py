@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -22,27 +21,21 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-from recipe_runs import POSTTRAIN, ROOT
+from recipe_runs import shown_run
 
 CHROMIUM = "/usr/bin/chromium"
 
 
-def latest_run(run: str) -> dict:
-    shown = subprocess.run([POSTTRAIN, "show", run, "--json"], cwd=ROOT, capture_output=True, text=True, check=True)
-    return json.loads(shown.stdout)
-
-
 def wait_until_up(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> None:
+    from pipeline.launch.prefect_api import healthy  # the /health probe `posttrain` uses for its servers
+
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while not healthy(url):
         if proc.poll() is not None:
             raise RuntimeError(f"mlflow ui exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"mlflow ui did not answer at {url} within {timeout_s:.0f} s")
         time.sleep(1)
-    raise TimeoutError(f"mlflow ui did not answer at {url} within {timeout_s:.0f} s")
 
 
 def main() -> int:
@@ -57,7 +50,10 @@ def main() -> int:
     from pipeline.store.home import tracking_uri
     from pipeline.tracking import mlflow_runs
 
-    record = latest_run(args.run)
+    record = shown_run(run=args.run)
+    if record is None:
+        print(f"screenshot_run: no run {args.run!r} in this POSTTRAIN_HOME (posttrain show {args.run})", file=sys.stderr)
+        return 2
     parent = record["mlflow_run_id"]
     url = f"http://127.0.0.1:{free_port()}"
     os.environ["POSTTRAIN_MLFLOW_UI"] = url  # the links below point at this server
