@@ -6,7 +6,7 @@ fingerprint and evaluation spec, cached in $POSTTRAIN_HOME/baselines/) by the st
 (a distillation stage's `before/` student evaluation is the same measurement, read from there). Those
 numbers are the stage's `input/eval/...` metrics. Both sides were scored on the same prompts, and
 their per-prompt scores are kept (`eval_scores.json`), so the change is a paired comparison:
-`change/eval/<metric>` with its 95% paired-bootstrap interval (`_lo`, `_hi`), the prompts it rests on
+`change/eval/<metric>` with its paired 95% interval (`_lo`, `_hi`), the prompts it rests on
 (`_n`) and, for 0/1 scores, McNemar's exact p-value (`_p`); `posttrain compare` prints them.
 
 A stage's `gate: {metric, min_delta, on_fail, significant}` then asks that the metric moved by at

@@ -5,13 +5,24 @@ that ask for a significant change."""
 import itertools
 import json
 import math
+import random
 
 import pytest
 
 from pipeline.gates import change_metrics, gate_failure
 from stages.common import GateSpec
 from stages.evaluate import EvalSpec
-from toolkit.core.stats import bootstrap_mean, majority_correct, mcnemar_exact, paired_change, pass_at_k, rate_interval, wilson
+from toolkit.core.stats import (
+    bootstrap_mean,
+    majority_correct,
+    mcnemar_exact,
+    newcombe_paired,
+    paired_change,
+    pass_at_k,
+    rate_interval,
+    significant,
+    wilson,
+)
 from toolkit.rewards.verifiers import score_rows
 
 
@@ -53,6 +64,28 @@ def test_paired_change_uses_only_the_pairs_and_reports_mcnemar():
     same = paired_change([1, 0] * 20, [0, 1] * 20)  # as many gained as lost: no change
     assert same["delta"] == 0 and same["lo"] < 0 < same["hi"] and same["p"] == 1.0
     assert "p" not in paired_change([10.0, 12.0], [8.0, 9.0])  # lengths: no McNemar
+
+
+def test_few_discordant_pairs_are_not_called_a_change():
+    """4 prompts lost and none gained of 200: McNemar's p is 0.125, and the interval holds 0 too (a
+    paired bootstrap said [-0.040, -0.005] here)."""
+    c = paired_change([1] * 4 + [0] * 196, [0] * 200)
+    assert c["p"] == pytest.approx(0.125) and c["lo"] < 0 < c["hi"] and not significant(c)
+    assert significant(paired_change([0] * 200, [1] * 12 + [0] * 188))  # 12 gained, none lost: p = 0.0005
+
+
+def test_the_paired_interval_covers_the_true_change_95_percent_of_the_time():
+    rng = random.Random(7)
+    for both, lost, gained in [(0.1, 0.02, 0.05), (0.0, 0.01, 0.01), (0.3, 0.08, 0.02)]:
+        covered = 0
+        for _ in range(400):
+            cells = [0, 0, 0, 0]
+            for _ in range(200):
+                u = rng.random()
+                cells[0 if u < both else 1 if u < both + lost else 2 if u < both + lost + gained else 3] += 1
+            lo, hi = newcombe_paired(*cells)
+            covered += lo <= gained - lost <= hi
+        assert 0.92 <= covered / 400 <= 1.0, (both, lost, gained, covered)
 
 
 @pytest.mark.parametrize("n,c,k", [(10, 3, 1), (10, 3, 5), (8, 0, 3), (6, 6, 2), (7, 2, 7)])

@@ -9,7 +9,7 @@ or `STAGE@latest`), or an MLflow URI (`models:/name@alias`, `models:/name/3`, `r
 Each (model fingerprint, evaluation spec, data, evaluation code) is measured once and cached in
 $POSTTRAIN_HOME/evals/; each model's result is an MLflow run in the experiment `posttrain/eval` with
 its samples table. With two or more models, every model after the first is compared with the first
-prompt by prompt (paired bootstrap interval of the change, McNemar's p for 0/1 scores).
+prompt by prompt (a paired interval of the change: Newcombe's for 0/1 scores, a bootstrap otherwise; McNemar's p for 0/1 scores).
 
 Names follow lighteval / lm-evaluation-harness where they have one (`acc` is our `accuracy`, the
 interval bounds are `_lo` / `_hi` beside the metric, `pass@k`, `maj@k`); those tools cannot load
@@ -26,6 +26,7 @@ from pathlib import Path
 from pipeline.cli.args import add_model_arguments, model_fields_from
 from pipeline.store.home import home
 from stages.common import GenerationSpec
+from toolkit.core.stats import INTERVALS
 
 EXPERIMENT = "eval"  # posttrain/eval in MLflow
 
@@ -133,7 +134,7 @@ def main_table(results: list[dict], paired: list[dict]) -> str:
         lines.append(f"{p['model']} against {p['against']}: accuracy {c['delta']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}] "
                      f"on {c['n']:.0f} prompts, McNemar p = {c.get('p', float('nan')):.3g}"
                      + ("  (significant)" if c["significant"] else "  (not significant: the interval holds 0)"))
-    lines.append("[lo, hi]: 95% interval (Wilson for rates, bootstrap for means, paired bootstrap for changes)")
+    lines.append(INTERVALS)
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from pipeline.store.home import home
 from pipeline.store.locks import is_held, lock_path
 from toolkit.core.files import write_json_atomic
+from toolkit.core.stats import INTERVALS
 
 KEY_METRICS = ("train/final_loss", "eval/accuracy", "eval/format_rate", "eval/thinking_tokens_mean")
 
@@ -191,6 +192,5 @@ def format_comparison(rows: list[dict]) -> str:
                       *[change_cell(r, k) for k in changes],
                       r.get("logged_model_id") or "-",
                       f"{g['name']}/{g['version']} @{g['alias']}" if (g := r.get("registry")) else "-"] for r in rows]
-    note = "\n[lo, hi]: 95% interval (Wilson for rates, bootstrap for means; paired bootstrap for changes); " \
-           "* the change's interval excludes 0"
+    note = f"\n{INTERVALS}; * the change's interval excludes 0"
     return grid(table) + note
