@@ -143,8 +143,9 @@ def host_slots(launch: LaunchSpec) -> list[tuple[str, int]]:
 def launch_key(launch: LaunchSpec) -> dict:
     """What of a launch shapes a stage's result, for its cache key: the mode, the ZeRO config and the
     ranks on each node. Addresses, ports, host names and timeouts are plumbing: a rerun on other pods
-    or another port must find the same output and resume it."""
+    or another port must find the same output and resume it. `inprocess` keys as `subprocess`: both
+    run the same worker code in one process, so either finds the other's output."""
     world = [launch.ranks] if launch.nodes is None else [slots for _, slots in host_slots(launch)]
     server = launch.rollout_server
-    return {"mode": launch.mode, "deepspeed_config": launch.deepspeed_config, "world": world,
+    return {"mode": "subprocess" if launch.mode == "inprocess" else launch.mode, "deepspeed_config": launch.deepspeed_config, "world": world,
             "rollout_server": server and server.model_dump(include={"gpus", "tensor_parallel_size", "extra_args"})}

@@ -43,11 +43,23 @@ def tiny_model(home) -> Path:
     return ensure_named_model("tiny-qwen3")
 
 
+def in_process(recipe: str) -> list[str]:
+    """Overrides that run `recipe`'s one-process stages in the flow's process (launcher mode
+    `inprocess`). A worker process spends ~15 s importing torch, transformers and TRL before a
+    tiny model's first step; the suite's named recipes run ~50 such stages. DeepSpeed stages keep
+    their ranks. Worker processes themselves are tested by the smoke runs, crash and launcher tests;
+    the cache key is the same either way, so a later subprocess launch finds these outputs."""
+    from pipeline.recipe import load_recipe
+
+    stages = load_recipe(recipe, "tiny").recipe.stages
+    return [f"stages.{s.name}.launcher.mode=inprocess" for s in stages if s.launcher.mode == "subprocess"]
+
+
 def run_named_recipe(name: str) -> dict:
     """One recipe on `tiny` through the real flow, in this process (under prefect_harness)."""
     from pipeline.flow import run_recipe
 
-    result = run_recipe(name, "tiny", [])
+    result = run_recipe(name, "tiny", in_process(name))
     assert result["status"] == "completed", result
     return result
 

@@ -9,7 +9,7 @@ import mlflow
 import pytest
 
 from data_curation.sources import load_rows
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_named_recipe
 from toolkit.core.thinking import EMPTY_THINK, STOP_THINKING, complies, flag_messages, response_only
 from toolkit.rewards.verifiers import score_rows
 from toolkit.rollouts import SamplingSpec, open_engine
@@ -21,11 +21,7 @@ STOP_SENTENCE = "Considering the limited time by the user"
 
 @pytest.fixture(scope="module")
 def fusion_run(prefect_harness, tiny_model):
-    from pipeline.flow import run_recipe
-
-    result = run_recipe("fusion_smoke", "tiny", [])
-    assert result["status"] == "completed", result
-    return {s["name"]: s for s in result["stages"]}
+    return {s["name"]: s for s in run_named_recipe("fusion_smoke")["stages"]}
 
 
 @pytest.fixture(scope="module", params=["hf", "ct2"])

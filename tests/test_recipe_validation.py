@@ -240,6 +240,8 @@ def test_the_cache_key_keeps_a_launchs_shape_not_its_addresses():
                        node_timeout_s=600, timeout_s=3600)  # a resubmitted job finds the same output and resumes
     assert pods != key(nodes=["pod-0 slots=8", "pod-1 slots=4"])
     assert key(ranks=2) != key(ranks=4) and key(ranks=2) != key(ranks=2, deepspeed_config="zero3")
+    # one process either way: the suite's in-process recipe runs are served to a later subprocess launch
+    assert launch_key(LaunchSpec(mode="inprocess")) == launch_key(LaunchSpec()) != launch_key(LaunchSpec(mode="deepspeed"))
 
 
 def test_earnability_passes_are_remembered_between_processes(tmp_path, monkeypatch):

@@ -8,17 +8,14 @@ import mlflow
 import pytest
 
 from stages.runtime import StageContext
+from tests.conftest import run_named_recipe
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def rlhf_run(prefect_harness, tiny_model):
-    from pipeline.flow import run_recipe
-
-    result = run_recipe("rlhf_smoke", "tiny", [])
-    assert result["status"] == "completed", result
-    return {s["name"]: s for s in result["stages"]}
+    return {s["name"]: s for s in run_named_recipe("rlhf_smoke")["stages"]}
 
 
 def _artifacts(stage) -> set[str]:
