@@ -2,6 +2,8 @@
 store and model cache) before Prefect or MLflow is imported."""
 
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -71,10 +73,14 @@ def qwen3(prefect_harness, tiny_model) -> dict:
     return run_named_recipe("qwen3")
 
 
-def cli_env(home: Path | None = None) -> dict:
-    """The environment for a `posttrain` subprocess, pointed at `home` when given."""
+def cli_env(home: Path | None = None, seeded: bool = True) -> dict:
+    """The environment for a `posttrain` subprocess, pointed at `home` when given. A home that does
+    not exist yet is made as a fresh home looks after its first run's set-up (`seed_home`), unless
+    `seeded` is False (a test of that set-up itself)."""
     env = {**os.environ}
     if home is not None:
+        if seeded and not home.exists():
+            seed_home(home)
         env.update(POSTTRAIN_HOME=str(home), PREFECT_HOME=str(home / "prefect"),
                    PREFECT_LOCAL_STORAGE_PATH=str(home / "prefect" / "storage"),
                    MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}")
@@ -92,3 +98,38 @@ def parent_pid(proc: Path) -> int | None:
         return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError):
         return None
+
+
+def seed_home(home: Path) -> None:
+    """Make `home` as a first run leaves a new home before its first stage: Prefect's database
+    created and migrated (~13 s of a temporary server's start on a new home, ~7 s on a migrated
+    one) and the tiny models built (~7 s). Copies, so a test may change its home freely. Nothing
+    else of the session's home is shared: no runs, stages, MLflow store or caches."""
+    template = _fresh_home_template()
+    (home / "prefect").mkdir(parents=True)
+    with sqlite3.connect(template / "prefect.db") as src, sqlite3.connect(home / "prefect" / "prefect.db") as dst:
+        src.backup(dst)  # a consistent copy whatever the template's write-ahead log holds
+    for name in ("tiny-qwen3", "tiny-qwen3-student"):
+        shutil.copytree(template / "models" / name, home / "models" / name)
+
+
+def _fresh_home_template() -> Path:
+    """The session's template for `seed_home`, made once: a migrated Prefect database (by posttrain's
+    own temporary server, as a first run makes it) and the tiny models."""
+    template = _HOME / "fresh-home-template"
+    if (template / "prefect.db").exists():
+        return template
+    from pipeline.models.named import ensure_named_model
+
+    work = Path(tempfile.mkdtemp(dir=_HOME, prefix=".fresh-home-"))
+    (work / "prefect").mkdir()
+    start = "from pipeline.launch.prefect_api import start_temporary_server as s, wait_until_up as w; w(*s())"
+    subprocess.run([sys.executable, "-c", start], cwd=REPO, env=cli_env(work, seeded=False), check=True, timeout=300)
+    (template / "models").mkdir(parents=True)
+    for name in ("tiny-qwen3", "tiny-qwen3-student"):
+        shutil.copytree(ensure_named_model(name), template / "models" / name)
+    with sqlite3.connect(work / "prefect" / "prefect.db") as src, sqlite3.connect(template / ".prefect.db") as dst:
+        src.backup(dst)
+    os.replace(template / ".prefect.db", template / "prefect.db")  # last: its presence says the template is whole
+    shutil.rmtree(work, ignore_errors=True)
+    return template

@@ -127,7 +127,8 @@ def test_two_recipes_sharing_stages_run_at_once_on_a_fresh_home_publish_each_sta
     home = tmp_path / "home"
     twin = tmp_path / "smoke_twin.yaml"
     twin.write_text((REPO / "recipes" / "smoke.yaml").read_text().replace("name: smoke", "name: smoke_twin", 1))
-    procs = [subprocess.Popen([POSTTRAIN, "run", recipe, "--profile", "tiny", *QUICK], cwd=REPO, env=cli_env(home),
+    procs = [subprocess.Popen([POSTTRAIN, "run", recipe, "--profile", "tiny", *QUICK], cwd=REPO,
+                              env=cli_env(home, seeded=False),  # both set up the new home at once
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for recipe in ("smoke", str(twin))]
     outputs = [p.communicate(timeout=900)[0] for p in procs]
