@@ -6,6 +6,8 @@ STAMP  := $(VENV)/.installed
 # the CUDA build from PyPI. Override with `make setup TORCH_SPEC=...`.
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev
+# e.g. PYTEST_ARGS="-n 2 --dist loadgroup --no-loadscope-reorder": two xdist workers (tests/conftest.py)
+PYTEST_ARGS ?=
 
 .PHONY: setup system-tools lint demo test clean
 
@@ -37,7 +39,7 @@ demo: setup
 	@echo "UIs:          $(VENV)/bin/posttrain ui   (Prefect http://127.0.0.1:4200, MLflow http://127.0.0.1:5000)"
 
 test: setup system-tools lint
-	$(PY) -m pytest -q -x --durations=15 tests
+	$(PY) -m pytest -q -x --durations=15 $(PYTEST_ARGS) tests
 
 # The layer contracts (pyproject.toml [tool.importlinter]) and the linter.
 lint: setup

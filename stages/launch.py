@@ -147,5 +147,6 @@ def launch_key(launch: LaunchSpec) -> dict:
     run the same worker code in one process, so either finds the other's output."""
     world = [launch.ranks] if launch.nodes is None else [slots for _, slots in host_slots(launch)]
     server = launch.rollout_server
-    return {"mode": "subprocess" if launch.mode == "inprocess" else launch.mode, "deepspeed_config": launch.deepspeed_config, "world": world,
+    mode = "subprocess" if launch.mode == "inprocess" else launch.mode
+    return {"mode": mode, "deepspeed_config": launch.deepspeed_config, "world": world,
             "rollout_server": server and server.model_dump(include={"gpus", "tensor_parallel_size", "extra_args"})}

@@ -82,16 +82,24 @@ def uis(home, tiny_model, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(uis):
+def browser(uis):
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        pg.set_default_timeout(60_000)
-        yield pg
+        yield browser
         browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A page per test, closed after it: an open Prefect page keeps headless chromium rendering
+    (measured: 70-90% of a core), which the training the next test waits on would share."""
+    pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+    pg.set_default_timeout(60_000)
+    yield pg
+    pg.close()
 
 
 def _flow_runs(api: str, deployment_id: str) -> list[dict]:
@@ -140,12 +148,14 @@ def launch_from_form(page, base: str, recipe: str, overrides: list[str], shot: s
 
 
 def wait_for_flow_run(page, base: str, flow_run_id: str, shot: str, timeout_s: float = 900) -> dict:
-    page.goto(f"{base}/runs/flow-run/{flow_run_id}")
+    """Wait on the API with the page blank (a live run page keeps chromium busy), then open the
+    finished run's page."""
+    page.goto("about:blank")
     deadline = time.monotonic() + timeout_s
     while (run := httpx.get(f"{base}/api/flow_runs/{flow_run_id}", timeout=10).json())["state_type"] not in TERMINAL:
         assert time.monotonic() < deadline, f"flow run still {run['state_name']} after {timeout_s} s"
         time.sleep(3)
-    page.reload()
+    page.goto(f"{base}/runs/flow-run/{flow_run_id}")
     page.get_by_text(run["state_name"], exact=True).first.wait_for()  # the state badge the user sees
     page.screenshot(path=SHOTS / shot, full_page=True)
     return run
