@@ -137,6 +137,9 @@ def parent_pid(proc: Path) -> int | None:
         return None
 
 
+TINY_MODELS = ("tiny-qwen3", "tiny-qwen3-student")  # what the tiny profile's recipes load
+
+
 def seed_home(home: Path) -> None:
     """Make `home` as a first run leaves a new home before its first stage: Prefect's database
     created and migrated (~13 s of a temporary server's start on a new home, ~7 s on a migrated
@@ -144,10 +147,15 @@ def seed_home(home: Path) -> None:
     else of the session's home is shared: no runs, stages, MLflow store or caches."""
     template = _fresh_home_template()
     (home / "prefect").mkdir(parents=True)
-    with sqlite3.connect(template / "prefect.db") as src, sqlite3.connect(home / "prefect" / "prefect.db") as dst:
-        src.backup(dst)  # a consistent copy whatever the template's write-ahead log holds
-    for name in ("tiny-qwen3", "tiny-qwen3-student"):
+    _copy_db(template / "prefect.db", home / "prefect" / "prefect.db")
+    for name in TINY_MODELS:
         shutil.copytree(template / "models" / name, home / "models" / name)
+
+
+def _copy_db(src: Path, dst: Path) -> None:
+    """A consistent copy of a SQLite database, whatever its write-ahead log holds."""
+    with sqlite3.connect(src) as source, sqlite3.connect(dst) as target:
+        source.backup(target)
 
 
 def _fresh_home_template() -> Path:
@@ -163,10 +171,9 @@ def _fresh_home_template() -> Path:
     start = "from pipeline.launch.prefect_api import start_temporary_server as s, wait_until_up as w; w(*s())"
     subprocess.run([sys.executable, "-c", start], cwd=REPO, env=cli_env(work, seeded=False), check=True, timeout=300)
     (template / "models").mkdir(parents=True)
-    for name in ("tiny-qwen3", "tiny-qwen3-student"):
+    for name in TINY_MODELS:
         shutil.copytree(ensure_named_model(name), template / "models" / name)
-    with sqlite3.connect(work / "prefect" / "prefect.db") as src, sqlite3.connect(template / ".prefect.db") as dst:
-        src.backup(dst)
+    _copy_db(work / "prefect" / "prefect.db", template / ".prefect.db")
     os.replace(template / ".prefect.db", template / "prefect.db")  # last: its presence says the template is whole
     shutil.rmtree(work, ignore_errors=True)
     return template
