@@ -1,5 +1,5 @@
 """The embedded models: SmolLM2 converted from its GGUF file (deterministic, answers 12 + 7), the
-every-other-layer student, the tiny student, and the `models` / `generate` commands."""
+block-pruned student, the tiny student, and the `models` / `generate` commands."""
 
 import json
 
@@ -34,17 +34,21 @@ def test_converted_model_answers_a_sum_greedily(smollm2, home):
     assert "19" in proc.stdout
 
 
-def test_student_keeps_every_other_teacher_layer(smollm2):
+def test_student_is_the_teacher_without_one_block_of_layers(smollm2):
     from safetensors.torch import load_file
+
+    from pipeline.models.named import SMOLLM2_STUDENT_DROPPED
 
     student_dir = ensure_named_model("smollm2-135m-student")
     teacher, student = load_file(smollm2 / "model.safetensors"), load_file(student_dir / "model.safetensors")
     config = json.loads((student_dir / "config.json").read_text())
-    assert config["num_hidden_layers"] == 15
-    for i in (0, 7, 14):
-        key = f"model.layers.{i}.self_attn.q_proj.weight"
-        assert torch.equal(student[key], teacher[f"model.layers.{2 * i}.self_attn.q_proj.weight"])
+    kept = [i for i in range(30) if i not in SMOLLM2_STUDENT_DROPPED]
+    assert config["num_hidden_layers"] == len(kept) == 15
+    for i, layer in enumerate(kept):
+        for part in ("self_attn.q_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight"):
+            assert torch.equal(student[f"model.layers.{i}.{part}"], teacher[f"model.layers.{layer}.{part}"])
     assert torch.equal(student["model.embed_tokens.weight"], teacher["model.embed_tokens.weight"])
+    assert torch.equal(student["model.norm.weight"], teacher["model.norm.weight"])
     assert (student_dir / "tokenizer.json").read_bytes() == (smollm2 / "tokenizer.json").read_bytes()
 
 

