@@ -13,7 +13,7 @@ held-out sets are not read):
 
     .venv/bin/python benchmarks/student_layers.py [--drop 15] [--rows 64]
 
-Forward passes only (about a minute on 2 cores).
+Forward passes only, one model built per candidate (7.4 min here on 2 cores, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from data_curation.sources import load_rows
 from pipeline.models.builds import without_layers
 from pipeline.models.named import ensure_named_model
 from pipeline.store.home import configure_environment
+from toolkit.core.templates import render_prompt
 
 
 def calibration_texts(tokenizer, n: int) -> list[str]:
     rows = load_rows("synthetic_math", "train", n=n, seed=123) + load_rows("general_chat", "train", n=n // 4, seed=123)
-    return [tokenizer.apply_chat_template(
-        (r["prompt"] if isinstance(r["prompt"], list) else [{"role": "user", "content": r["prompt"]}])
-        + [{"role": "assistant", "content": r["solution"]}], tokenize=False) for r in rows]
+    return [tokenizer.apply_chat_template(render_prompt("chat", r) + [{"role": "assistant", "content": r["solution"]}],
+                                          tokenize=False) for r in rows]
 
 
 def main() -> int:

@@ -130,7 +130,7 @@ def without_layers(teacher, dropped):
             if int(index) in dropped:
                 continue
             name = f"{prefix}.layers.{kept.index(int(index))}.{tail}"
-        state[name] = tensor.clone()
+        state[name] = tensor  # load_state_dict copies it into the student's own parameters
     student.load_state_dict(state, strict=True)
     return student.eval()
 
