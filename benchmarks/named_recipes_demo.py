@@ -54,12 +54,52 @@ def stage_table(stages: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def mode_table(stages: list[dict]) -> str:
+    """Qwen3's mode and budget claims, per stage evaluated with modes: accuracy per mode, the paired
+    think - no_think change, /no_think compliance (the empty think block), accuracy per budget."""
+    evaluated = [s for s in stages if "eval/mode/think/accuracy" in (s.get("metrics") or {})]
+    if not evaluated:
+        return ""
+    budgets = sorted({k.split("/")[2] for s in evaluated for k in s["metrics"]
+                      if k.startswith("eval/budget/") and k.endswith("/accuracy")},
+                     key=lambda b: float("inf") if b == "unlimited" else int(b))
+    lines = [table_header("stage", "think [95%]", "no_think [95%]", "think - no_think [95%]", "no_think compliance",
+                          *[f"budget {b}" for b in budgets])]
+    for s in evaluated:
+        m = s["metrics"]
+        gain = "eval/mode/think_minus_no_think/accuracy"
+        lines.append(table_row(s["name"], interval(m, "eval/mode/think/accuracy"), interval(m, "eval/mode/no_think/accuracy"),
+                               f"{m[gain]:+.3f} [{m[gain + '_lo']:+.3f}, {m[gain + '_hi']:+.3f}]" if gain in m else "",
+                               f"{m.get('eval/mode/no_think/mode_compliance', float('nan')):.3f}",
+                               *[interval(m, f"eval/budget/{b}/accuracy") for b in budgets]))
+    return "Modes and thinking budgets (same 200 prompts, greedy):\n\n" + "\n".join(lines) + "\n\n"
+
+
 def reworded_table(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
     done = {s["name"] for s in stages if s["status"] == "completed"}
     models = [BASE] + [f"{name}@latest" for name in products(recipe) if name in done]
     proc = subprocess.run([POSTTRAIN, "eval", *models, "--data", "math_reworded:eval", "--n", "200",
                            "--max-new-tokens", "80", "--batch-size", "64"], cwd=ROOT, env=env, capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else f"(posttrain eval failed: {proc.stderr.strip()[-500:]})"
+
+
+# Claims read on another held-out set than the recipe's: qwen3's general RL must raise the
+# instruction-following pass rate, so its input (fusion) and output are scored on ifeval prompts.
+EXTRA_SETS = {"qwen3": [("ifeval_synthetic:eval", ["fusion", "general_rl"], 128)]}
+
+
+def extra_tables(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
+    done = {s["name"] for s in stages if s["status"] == "completed"}
+    blocks = []
+    for data, names, tokens in EXTRA_SETS.get(recipe, []):
+        models = [f"{name}@latest" for name in names if name in done]
+        if len(models) < 2:
+            continue
+        proc = subprocess.run([POSTTRAIN, "eval", *models, "--data", data, "--n", "200", "--max-new-tokens", str(tokens),
+                               "--batch-size", "64"], cwd=ROOT, env=env, capture_output=True, text=True)
+        found = proc.stdout.strip() if proc.returncode == 0 else f"(posttrain eval failed: {proc.stderr.strip()[-500:]})"
+        blocks.append(f"`{data}` (200 prompts, {tokens} tokens), paired against {models[0]}:\n\n```\n{found}\n```\n")
+    return "\n".join(blocks)
 
 
 def main() -> int:
@@ -73,9 +113,9 @@ def main() -> int:
         code, seconds = run_recipe(recipe, env, "--profile", "demo", check=False)
         stages = latest_stages(env)
         block = (f"### `{recipe}` on `demo`: {'finished' if code == 0 else f'exit {code}'} in "
-                 f"{seconds / 60:.1f} min (fresh home {home})\n\n{stage_table(stages)}\n\n"
+                 f"{seconds / 60:.1f} min (fresh home {home})\n\n{stage_table(stages)}\n\n{mode_table(stages)}"
                  f"Second held-out set (`math_reworded`, 200 prompts), paired against the base model:\n\n"
-                 f"```\n{reworded_table(recipe, env, stages)}\n```\n")
+                 f"```\n{reworded_table(recipe, env, stages)}\n```\n\n{extra_tables(recipe, env, stages)}")
         print(block, flush=True)
         report.append(block)
     if args.write:

@@ -1,8 +1,9 @@
 """Baselines and evaluation gates.
 
 Every evaluated stage is compared with the model it started from: the upstream stage's evaluation
-when its input is an evaluated stage, otherwise the input model itself, evaluated once (per model
-fingerprint and evaluation spec, cached in $POSTTRAIN_HOME/baselines/) by the stage's worker
+when its input is an evaluated stage, otherwise the input model itself, its greedy pass evaluated
+once (stages.evaluate.reference_spec; per model fingerprint and evaluation spec, cached in
+$POSTTRAIN_HOME/baselines/) by the stage's worker
 (a distillation stage's `before/` student evaluation is the same measurement, read from there). Those
 numbers are the stage's `input/eval/...` metrics. Both sides were scored on the same prompts, and
 their per-prompt scores are kept (`eval_scores.json`), so the change is a paired comparison:

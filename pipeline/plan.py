@@ -18,6 +18,7 @@ from pipeline.recipe import ResolvedRecipe
 from pipeline.recipe_checks import deepspeed_config_path, is_evaluated
 from pipeline.store.home import home
 from stages.contracts import Lineage, StagePlan, StageResult
+from stages.evaluate import reference_spec
 from stages.launch import launch_key
 from stages.registry import STAGE_KINDS
 
@@ -55,7 +56,8 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
     fingerprints.update(stage.input_fingerprints())
     eval_spec = None
     if is_evaluated(resolved.recipe, stage):
-        eval_spec = resolved.recipe.eval.model_dump(mode="json")
+        whole = resolved.recipe.eval
+        eval_spec = (reference_spec(whole) if stage.evaluate == "greedy" else whole).model_dump(mode="json")
         data = resolved.recipe.eval.data
         inputs["eval_data"] = eval_spec["data"]
         fingerprints["eval_data"] = source_fingerprint(data.source, data.params)

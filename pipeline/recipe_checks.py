@@ -17,6 +17,7 @@ from data_curation.sources import check_data_spec
 from pipeline.models.named import check_model_ref
 from pipeline.models.tokenizer_check import distill_tokenizer_errors
 from stages.common import field_loc
+from stages.evaluate import SWEEP_PREFIXES
 from stages.launch import host_slots
 from stages.registry import STAGE_CONFIGS
 from stages.reward_reach import scope_mismatches, unreachable_rewards
@@ -113,6 +114,8 @@ def semantic_errors(recipe, where: dict, default: str) -> list[str]:
         if stage.gate is not None and not is_evaluated(recipe, stage):
             add(loc + ("gate",), "a gate compares held-out metrics, and this stage is not evaluated (no recipe "
                                  "`eval`, `evaluate: false`, or no model output that generates)")
+        elif stage.gate is not None and stage.evaluate == "greedy" and stage.gate.metric.startswith(SWEEP_PREFIXES):
+            add(loc + ("gate",), f"the gate reads {stage.gate.metric}, which `evaluate: greedy` does not measure")
         elif stage.gate is not None and stage.EVAL_INPUT is None:
             add(loc + ("gate",), f"a {stage.kind} stage has no single input model to compare with")
         produced[stage.name] = stage.OUTPUTS

@@ -145,7 +145,8 @@ class StageBase(Strict):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, validate_by_name=True, validate_by_alias=True)
     name: str = Field(pattern=STAGE_NAME)
     launcher: LaunchSpec = Field(default_factory=LaunchSpec)
-    evaluate: bool = Field(True, description="run the recipe's evaluation on this stage's model")
+    evaluate: bool | Literal["greedy"] = Field(True, description="run the recipe's evaluation on this stage's model; "
+                                               "greedy: its greedy pass only, without samples, modes or budgets")
     gate: GateSpec | None = Field(None, description="stop or warn when the held-out metric does not improve "
                                   "on the input model's (not part of the cache key)")
     # `register:` in YAML; named `registry` here because BaseModel's metaclass owns `register`.

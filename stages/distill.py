@@ -27,7 +27,7 @@ from pydantic import Field
 
 from stages.common import DataSpec, GenerationSpec, StageBase, TrainingKnobs
 from stages.contracts import StageOutput
-from stages.evaluate import EvalSpec, evaluate, evaluate_once
+from stages.evaluate import EvalSpec, evaluate, evaluate_once, reference_spec
 from stages.runtime import (
     baseline_cache,
     last_checkpoint,
@@ -189,8 +189,9 @@ def run(cfg: DistillConfig, ctx) -> StageOutput:
     if ctx.is_main and ctx.spec.eval is not None:
         spec, eval_rows = EvalSpec.model_validate(ctx.spec.eval), load_stage_rows(ctx.input("eval_data"))
         # The student before is the plan's baseline: measured once, shared with the worker's input/ metrics.
-        before = evaluate_once(student_dir, spec, eval_rows, cfg.trust_remote_code, baseline_cache(ctx)).metrics
-        teacher = evaluate(teacher_dir, spec, eval_rows, cfg.trust_remote_code).metrics
+        reference = reference_spec(spec, cfg.gate.metric if cfg.gate else None)  # as the worker's baseline
+        before = evaluate_once(student_dir, reference, eval_rows, cfg.trust_remote_code, baseline_cache(ctx)).metrics
+        teacher = evaluate(teacher_dir, reference, eval_rows, cfg.trust_remote_code).metrics
         for label, found in (("before", before), ("teacher", teacher)):
             metrics.update({f"{label}/{k}": v for k, v in found.items() if k.startswith("eval/")})
         if probe:

@@ -4,7 +4,8 @@ model is told /think or /no_think, and as its thinking budget shrinks.
 - modes: each held-out prompt gets the mode's flag on its last user turn; greedy decoding. Per mode:
   accuracy, mode compliance (think: a think block with thinking in it; no_think: the empty block
   `<think>\\n\\n</think>`), language consistency rate (completions with at least 95% of their words
-  in the row's language) and mean answer length in tokens.
+  in the row's language) and mean answer length in tokens. With both modes, the paired change
+  think - no_think on the same prompts.
 - answers are read where the recipe's rules put them (EvalSpec.answer_rules): never inside the
   thinking, so a completion cut mid-thought scores 0 whatever numbers its thinking mentions.
 - budgets: the prompts as they are (thinking is the default), greedy, with the thinking budget
@@ -19,13 +20,14 @@ from pathlib import Path
 
 from toolkit.core.files import save_figure
 from toolkit.core.language import consistency
-from toolkit.core.stats import rate_interval
+from toolkit.core.stats import paired_change, rate_interval
 from toolkit.core.text import split_thinking
 from toolkit.core.thinking import complies, flag_messages
 from toolkit.rewards.verifiers import score_rows
-from toolkit.rollouts import Engine, SamplingSpec
+from toolkit.rollouts import Completion, Engine, SamplingSpec
 
 CONSISTENT = 0.95
+THINK_GAIN = "eval/mode/think_minus_no_think/"
 
 
 def mean_defined(values) -> float:
@@ -46,18 +48,27 @@ def _consistent(text: str, language: str) -> float | None:
 
 
 def mode_metrics(engine: Engine, rows: list[dict], spec, modes: list[str]) -> dict[str, float]:
+    """Per mode, and with both modes the paired change think - no_think on the same prompts
+    (`eval/mode/think_minus_no_think/accuracy` with its interval, n and McNemar p): Qwen3's claim
+    that thinking helps is a comparison of one model's two modes, prompt by prompt."""
     out: dict[str, float] = {}
+    scores: dict[str, list[float | None]] = {}
     for mode in modes:
         prompts = [flag_messages(r["prompt"], mode) for r in rows]
         texts = [c[0] for c in engine.texts(
             prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size))]
         answers = [split_thinking(t)[1] for t in texts]
         prefix = f"eval/mode/{mode}/"
-        with_interval(out, prefix + "accuracy", rate_interval(score_rows(rows, texts, **spec.answer_rules())))
+        scores[mode] = score_rows(rows, texts, **spec.answer_rules())
+        with_interval(out, prefix + "accuracy", rate_interval(scores[mode]))
         out[prefix + "mode_compliance"] = mean_defined([float(complies(t, mode)) for t in texts])
         out[prefix + "language_consistency"] = mean_defined([_consistent(t, r["language"]) for t, r in zip(texts, rows)])
         out[prefix + "answer_tokens_mean"] = mean_defined([len(engine.tokenizer(a, add_special_tokens=False)["input_ids"])
                                                     for a in answers])
+    if {"think", "no_think"} <= set(scores):
+        change = paired_change(scores["no_think"], scores["think"])
+        out[f"{THINK_GAIN}accuracy"] = change.pop("delta")
+        out.update({f"{THINK_GAIN}accuracy_{k}": v for k, v in change.items()})
     return out
 
 
@@ -65,13 +76,17 @@ def budget_label(budget: int | None) -> str:
     return "unlimited" if budget is None else str(budget)
 
 
-def budget_metrics(engine: Engine, rows: list[dict], spec, budgets: list[int | None]) -> dict[str, float]:
+def budget_metrics(engine: Engine, rows: list[dict], spec, budgets: list[int | None],
+                   unlimited: list[Completion] | None = None) -> dict[str, float]:
+    """`unlimited`: the greedy pass's completions when they are what budget None would generate (the
+    chat prompts as they are, the same token limit), so that pass is not run twice."""
     out: dict[str, float] = {}
     for budget in budgets:
         sampling = SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
                                 thinking_budget=budget, answer_max_new_tokens=spec.answer_max_new_tokens,
                                 stop_thinking=spec.stop_thinking)
-        done = [c[0] for c in engine.complete([r["prompt"] for r in rows], sampling)]
+        done = unlimited if budget is None and unlimited is not None else [
+            c[0] for c in engine.complete([r["prompt"] for r in rows], sampling)]
         prefix = f"eval/budget/{budget_label(budget)}/"
         with_interval(out, prefix + "accuracy", rate_interval(score_rows(rows, [c.text for c in done],
                                                                           **spec.answer_rules())))

@@ -138,8 +138,9 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     engine = spec.generation.open(model_dir, trust_remote_code)
     tokenizer = engine.tokenizer
     prompts = [render_prompt(spec.template, r) for r in rows]
-    greedy = [c[0] for c in engine.texts(prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens,
-                                                               batch_size=spec.batch_size), progress=True)]
+    done = [c[0] for c in engine.complete(prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens,
+                                                                batch_size=spec.batch_size), progress=True)]
+    greedy = [c.text for c in done]
     counters: dict[str, float] = {}
     scores = score_rows(rows, greedy, counters, **spec.answer_rules())
     formats = [1.0 if is_well_formed(c, answer_tags=spec.template == "r1_zero") else 0.0 for c in greedy]
@@ -164,13 +165,28 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     if spec.modes:
         metrics.update(mode_metrics(engine, rows, spec, spec.modes))
     if spec.budgets:
-        metrics.update(budget_metrics(engine, rows, spec, spec.budgets))
+        # Budget None on the chat prompts as they are is this greedy pass, token for token.
+        metrics.update(budget_metrics(engine, rows, spec, spec.budgets, done if spec.template == "chat" else None))
         if out_dir is not None:
             plot_budget_curve(metrics, spec.budgets, spec.max_new_tokens, out_dir / "budget_curve.png")
     table = [{"id": r["id"], "prompt": r["prompt"][-1]["content"], "gold": r["answer"], "completion": c,
               "score": s} for r, c, s in list(zip(rows, greedy, scores))[:spec.table_rows]]
     per_prompt = {"id": [r["id"] for r in rows], "accuracy": scores, "format": formats, "tokens": tokens}
     return Evaluation(metrics, table, per_prompt)
+
+
+SWEEP_PREFIXES = ("eval/mode/", "eval/budget/", "eval/pass@", "eval/maj@")
+
+
+def reference_spec(spec: EvalSpec, gate_metric: str | None = None) -> EvalSpec:
+    """The evaluation a reference model gets (a stage's input model as its baseline, a distillation
+    teacher): the greedy pass only, which is what paired changes and the before/teacher numbers
+    read. The sweeps (sampled pass@k, modes, budgets) describe the stage's own model; run on every
+    reference they would double an evaluation's cost (a qwen3 demo model: 7 passes over the set
+    instead of 1). Kept when the stage gates on a sweep metric, which then needs the input's value."""
+    if gate_metric is not None and gate_metric.startswith(SWEEP_PREFIXES):
+        return spec
+    return spec.model_copy(update={"samples": 0, "modes": [], "budgets": []})
 
 
 def evaluate_once(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code: bool = False,

@@ -193,3 +193,19 @@ def test_candidate_moves_only_to_a_version_not_significantly_worse(tmp_path):
     assert candidate_refusal(close, strong) is None  # within noise of the candidate: it may move
     assert candidate_refusal(strong, weak) is None and candidate_refusal(weak, None) is None
     assert candidate_refusal(weak, output("unscored", [])) is None  # nothing shared to compare on
+
+
+def test_reference_models_get_the_greedy_pass_only_unless_a_gate_reads_a_sweep():
+    """An input model's baseline and a distillation teacher are read for their greedy numbers; the
+    sweeps (pass@k samples, modes, budgets) stay with the stage's own model, except when the stage's
+    gate compares a sweep metric, which then needs the input's value too."""
+    from stages.evaluate import reference_spec
+
+    spec = EvalSpec(samples=4, modes=["think", "no_think"], budgets=[0, 16, None], max_new_tokens=80)
+    reference = reference_spec(spec)
+    assert (reference.samples, reference.modes, reference.budgets) == (0, [], [])
+    sweeps = {"samples", "modes", "budgets"}
+    assert reference.model_dump(exclude=sweeps) == spec.model_dump(exclude=sweeps)
+    assert reference_spec(spec, "eval/accuracy") == reference
+    assert reference_spec(spec, "eval/mode/think/accuracy") == spec
+    assert reference_spec(spec, "eval/budget/16/accuracy") == spec

@@ -78,6 +78,9 @@ def test_fusion_stage_reports_modes_and_budgets(fusion_run):
     for mode in ("think", "no_think"):
         for name in ("accuracy", "mode_compliance", "language_consistency", "answer_tokens_mean"):
             assert f"eval/mode/{mode}/{name}" in metrics
+    gain = metrics["eval/mode/think/accuracy"] - metrics["eval/mode/no_think/accuracy"]
+    assert metrics["eval/mode/think_minus_no_think/accuracy"] == pytest.approx(gain)  # on the same prompts
+    assert metrics["eval/mode/think_minus_no_think/accuracy_lo"] <= gain <= metrics["eval/mode/think_minus_no_think/accuracy_hi"]
     for budget in ("0", "8", "24", "unlimited"):
         assert f"eval/budget/{budget}/accuracy" in metrics
     assert metrics["eval/budget/8/thinking_tokens_mean"] <= 8
@@ -178,3 +181,20 @@ def test_generate_cli_reports_the_budget_as_json(fusion_run):
     plain = json.loads(run_cli("generate", "--model", model, "--prompt", "What is 12 + 7?", "--no-think",
                                "--json").stdout.strip().splitlines()[-1])
     assert plain["thinking"] == "" and plain["thinking_tokens"] == 0 and not plain["truncated"]
+
+
+def test_the_unlimited_budget_is_the_greedy_pass_not_a_second_one(fusion_run, held_out, monkeypatch):
+    """Budget null on the chat prompts as they are generates exactly what the greedy pass did, so the
+    evaluation reuses that pass (one of the seven a qwen3 demo evaluation ran) instead of repeating it."""
+    from stages.evaluate import EvalSpec, evaluate
+    from toolkit.rollouts import Engine
+
+    budgets_run: list = []
+    real = Engine.complete
+    monkeypatch.setattr(Engine, "complete", lambda self, prompts, spec, progress=False: (
+        budgets_run.append(spec.thinking_budget), real(self, prompts, spec, progress))[1])
+    model = str(Path(fusion_run["fusion"]["output_dir"]) / "model")
+    metrics = evaluate(model, EvalSpec(max_new_tokens=32, budgets=[8, None]), held_out[:16]).metrics
+    assert budgets_run == [None, 8]  # the greedy pass, then budget 8; no third pass for unlimited
+    assert metrics["eval/budget/unlimited/accuracy"] == metrics["eval/accuracy"]
+    assert metrics["eval/budget/unlimited/truncated_share"] == 0

@@ -200,6 +200,8 @@ def test_a_gate_needs_an_evaluated_stage_with_one_input_model():
     assert "stages[5].gate" in msg and "no single input model" in msg
     recipe = load_recipe("smoke", "tiny", ["stages.polish.gate={metric: accuracy, min_delta: 0.05, on_fail: warn}"]).recipe
     assert recipe.stages[1].gate.metric == "eval/accuracy"  # the shorthand names the held-out metric
+    msg = refused("qwen3", overrides=["stages.fusion.evaluate=greedy", "stages.fusion.gate={metric: eval/mode/think/accuracy}"])
+    assert "stages[7].gate" in msg and "evaluate: greedy" in msg  # a sweep metric a greedy-only stage never measures
 
 
 def test_multi_node_and_rollout_server_settings_are_checked(tmp_path):
