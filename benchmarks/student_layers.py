@@ -12,6 +12,8 @@ held-out sets are not read):
   adjacent layers whose input and output are close can go, where scattered layers cannot).
 
     .venv/bin/python benchmarks/student_layers.py [--drop 15] [--rows 64]
+    .venv/bin/python benchmarks/student_layers.py --drop 10 --save 9 DIR   # write one candidate, for
+                                          # a distillation probe (--set stages.distill.student=DIR)
 
 Forward passes only, one model built per candidate (7.4 min here on 2 cores, 2026-12-02).
 """
@@ -42,6 +44,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drop", type=int, default=15, help="layers removed (15 of 30: the student's size)")
     ap.add_argument("--rows", type=int, default=64, help="synthetic_math rows (and a quarter as many general_chat)")
+    ap.add_argument("--save", nargs=2, metavar=("START", "DIR"), help="write the student without layers START .. "
+                    "START + drop - 1 (model and tokenizer) into DIR, and measure nothing")
     args = ap.parse_args()
     configure_environment()
     import torch
@@ -50,6 +54,12 @@ def main() -> int:
     teacher_dir = ensure_named_model("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(teacher_dir)
     teacher = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32).eval()
+    if args.save:
+        start, out = int(args.save[0]), Path(args.save[1])
+        without_layers(teacher, range(start, start + args.drop)).save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        print(f"{out}: SmolLM2 without layers {start}-{start + args.drop - 1}")
+        return 0
     batch = tokenizer(calibration_texts(tokenizer, args.rows), return_tensors="pt", padding=True)
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
 

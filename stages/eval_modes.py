@@ -56,7 +56,8 @@ def mode_metrics(engine: Engine, rows: list[dict], spec, modes: list[str]) -> di
     for mode in modes:
         prompts = [flag_messages(r["prompt"], mode) for r in rows]
         texts = [c[0] for c in engine.texts(
-            prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size))]
+            prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size),
+            progress=f"mode {mode}")]
         answers = [split_thinking(t)[1] for t in texts]
         prefix = f"eval/mode/{mode}/"
         scores[mode] = score_rows(rows, texts, **spec.answer_rules())
@@ -86,7 +87,8 @@ def budget_metrics(engine: Engine, rows: list[dict], spec, budgets: list[int | N
                                 thinking_budget=budget, answer_max_new_tokens=spec.answer_max_new_tokens,
                                 stop_thinking=spec.stop_thinking)
         done = unlimited if budget is None and unlimited is not None else [
-            c[0] for c in engine.complete([r["prompt"] for r in rows], sampling)]
+            c[0] for c in engine.complete([r["prompt"] for r in rows], sampling,
+                                          progress=f"budget {budget_label(budget)}")]
         prefix = f"eval/budget/{budget_label(budget)}/"
         with_interval(out, prefix + "accuracy", rate_interval(score_rows(rows, [c.text for c in done],
                                                                           **spec.answer_rules())))

@@ -31,13 +31,14 @@ class Engine:
     precision: str
     threads: int
     tokenizer: object
-    _complete: Callable[[list, SamplingSpec, bool], list[list[Completion]]]
+    _complete: Callable[[list, SamplingSpec, bool | str], list[list[Completion]]]
 
-    def complete(self, prompts: list[list[dict] | str], spec: SamplingSpec, progress: bool = False) -> list[list[Completion]]:
+    def complete(self, prompts: list[list[dict] | str], spec: SamplingSpec,
+                 progress: bool | str = False) -> list[list[Completion]]:
         """`spec.n` Completions per prompt (see toolkit.rollouts.sampling for budgets and modes)."""
         return self._complete(prompts, spec, progress)
 
-    def texts(self, prompts: list[list[dict] | str], spec: SamplingSpec, progress: bool = False) -> list[list[str]]:
+    def texts(self, prompts: list[list[dict] | str], spec: SamplingSpec, progress: bool | str = False) -> list[list[str]]:
         return [[c.text for c in cs] for cs in self.complete(prompts, spec, progress)]
 
     def describe(self) -> str:

@@ -97,16 +97,17 @@ def _clean(text: str, tokenizer) -> str:
 
 
 def complete(sample: TokenSampler, tokenizer, prompts: list[list[dict] | str], spec: SamplingSpec,
-             progress: bool = False) -> list[list[Completion]]:
+             progress: bool | str = False) -> list[list[Completion]]:
     """`spec.n` Completions per prompt, with a thinking budget when the spec sets one. Chat prompts
     (lists of messages) go through the chat template; plain strings (toolkit.core.templates) are used
-    as they are."""
+    as they are. `progress`: a bar per batch, labelled with the string when it is one."""
     from tqdm import tqdm
 
     spec = spec.effective()
     texts = [render(tokenizer, p, spec.enable_thinking) for p in prompts]
     out: list[list[Completion]] = []
-    for start in tqdm(range(0, len(texts), spec.batch_size), desc="generate", disable=not progress):
+    label = progress if isinstance(progress, str) else "generate"
+    for start in tqdm(range(0, len(texts), spec.batch_size), desc=label, disable=not progress):
         encoded = tokenizer(texts[start:start + spec.batch_size], add_special_tokens=False)["input_ids"]
         prompt_ids = [ids for ids in encoded for _ in range(spec.n)]
         limit = spec.thinking_budget if spec.budgeted else spec.max_new_tokens
