@@ -75,12 +75,20 @@ def mode_table(stages: list[dict]) -> str:
     return "Modes and thinking budgets (same 200 prompts, greedy):\n\n" + "\n".join(lines) + "\n\n"
 
 
-def reworded_table(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
-    done = {s["name"] for s in stages if s["status"] == "completed"}
-    models = [BASE] + [f"{name}@latest" for name in products(recipe) if name in done]
-    proc = subprocess.run([POSTTRAIN, "eval", *models, "--data", "math_reworded:eval", "--n", "200",
-                           "--max-new-tokens", "80", "--batch-size", "64"], cwd=ROOT, env=env, capture_output=True, text=True)
+def posttrain_eval(models: list[str], data: str, tokens: int, env: dict[str, str]) -> str:
+    """`posttrain eval`'s table for `models` on 200 prompts of `data`, paired against the first."""
+    proc = subprocess.run([POSTTRAIN, "eval", *models, "--data", data, "--n", "200", "--max-new-tokens", str(tokens),
+                           "--batch-size", "64"], cwd=ROOT, env=env, capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else f"(posttrain eval failed: {proc.stderr.strip()[-500:]})"
+
+
+def completed(stages: list[dict]) -> set[str]:
+    return {s["name"] for s in stages if s["status"] == "completed"}
+
+
+def reworded_table(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
+    models = [BASE] + [f"{name}@latest" for name in products(recipe) if name in completed(stages)]
+    return posttrain_eval(models, "math_reworded:eval", 80, env)
 
 
 # Claims read on another held-out set than the recipe's: qwen3's general RL must raise the
@@ -89,16 +97,12 @@ EXTRA_SETS = {"qwen3": [("ifeval_synthetic:eval", ["fusion", "general_rl"], 128)
 
 
 def extra_tables(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
-    done = {s["name"] for s in stages if s["status"] == "completed"}
     blocks = []
     for data, names, tokens in EXTRA_SETS.get(recipe, []):
-        models = [f"{name}@latest" for name in names if name in done]
-        if len(models) < 2:
-            continue
-        proc = subprocess.run([POSTTRAIN, "eval", *models, "--data", data, "--n", "200", "--max-new-tokens", str(tokens),
-                               "--batch-size", "64"], cwd=ROOT, env=env, capture_output=True, text=True)
-        found = proc.stdout.strip() if proc.returncode == 0 else f"(posttrain eval failed: {proc.stderr.strip()[-500:]})"
-        blocks.append(f"`{data}` (200 prompts, {tokens} tokens), paired against {models[0]}:\n\n```\n{found}\n```\n")
+        models = [f"{name}@latest" for name in names if name in completed(stages)]
+        if len(models) == len(names):
+            blocks.append(f"`{data}` (200 prompts, {tokens} tokens), paired against {models[0]}:\n\n"
+                          f"```\n{posttrain_eval(models, data, tokens, env)}\n```\n")
     return "\n".join(blocks)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from pipeline.store.home import home
 from stages.common import PAIRED_METRICS, GateSpec
 from stages.contracts import StageResult
-from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES
+from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, reference_spec
 from toolkit.core.fingerprints import code_fingerprint
 from toolkit.core.stats import paired_change
 
@@ -51,14 +51,18 @@ def evaluated_input_stage(stage, upstream: dict[str, StageResult]) -> StageResul
 
 def baseline_plan(stage, eval_spec: dict | None, fingerprints: dict[str, str],
                   upstream: dict[str, StageResult]) -> dict | None:
-    """{input, path} when the worker must evaluate the stage's input model (cached at `path`);
-    None when there is nothing to compare or the upstream stage's evaluation serves."""
+    """{input, eval, path} when the worker must evaluate the stage's input model with `eval` (its
+    greedy pass, plus the sweeps when the stage's gate reads one: reference_spec), cached at `path`,
+    which is keyed by that spec; None when there is nothing to compare or the upstream stage's
+    evaluation serves."""
     if eval_spec is None or stage.EVAL_INPUT is None or evaluated_input_stage(stage, upstream):
         return None
-    material = {"model": fingerprints[stage.EVAL_INPUT], "eval": eval_spec, "eval_data": fingerprints["eval_data"],
+    reference = reference_spec(EvalSpec.model_validate(eval_spec), stage.gate.metric if stage.gate else None)
+    reference_json = reference.model_dump(mode="json")
+    material = {"model": fingerprints[stage.EVAL_INPUT], "eval": reference_json, "eval_data": fingerprints["eval_data"],
                 "code": code_fingerprint(("stages.evaluate",))}
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
-    return {"input": stage.EVAL_INPUT, "path": str(home() / "baselines" / f"{key}.json")}
+    return {"input": stage.EVAL_INPUT, "eval": reference_json, "path": str(home() / "baselines" / f"{key}.json")}
 
 
 def _scores(path: Path) -> dict | None:

@@ -19,7 +19,7 @@ from pipeline.launch.processes import die_with_parent
 from pipeline.store.home import home
 from pipeline.tracking import mlflow_runs
 from stages.contracts import StageOutput, WorkerSpec
-from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, evaluate, evaluate_once, reference_spec
+from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, evaluate, evaluate_once
 from stages.registry import STAGE_KINDS
 from stages.runtime import StageContext, baseline_cache, load_stage_rows
 from toolkit.core.files import write_json_atomic
@@ -69,9 +69,7 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
         table = done.table
         write_json_atomic(ctx.output_dir / EVAL_SCORES, done.scores)  # for paired comparisons (pipeline.gates)
         if spec.baseline:  # the input model, measured once per model and eval spec (pipeline.gates)
-            gate = getattr(cfg, "gate", None)
-            reference = reference_spec(EvalSpec.model_validate(spec.eval), gate.metric if gate else None)
-            before = evaluate_once(spec.inputs[spec.baseline["input"]], reference, rows,
+            before = evaluate_once(spec.inputs[spec.baseline["input"]], EvalSpec.model_validate(spec.baseline["eval"]), rows,
                                    getattr(cfg, "trust_remote_code", False), baseline_cache(ctx))
             output.metrics.update({f"input/{k}": v for k, v in before.metrics.items()})
             write_json_atomic(ctx.output_dir / INPUT_EVAL_SCORES, before.scores)

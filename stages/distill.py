@@ -189,8 +189,9 @@ def run(cfg: DistillConfig, ctx) -> StageOutput:
     if ctx.is_main and ctx.spec.eval is not None:
         spec, eval_rows = EvalSpec.model_validate(ctx.spec.eval), load_stage_rows(ctx.input("eval_data"))
         # The student before is the plan's baseline: measured once, shared with the worker's input/ metrics.
-        reference = reference_spec(spec, cfg.gate.metric if cfg.gate else None)  # as the worker's baseline
-        before = evaluate_once(student_dir, reference, eval_rows, cfg.trust_remote_code, baseline_cache(ctx)).metrics
+        reference = reference_spec(spec)  # greedy numbers are what before/ and teacher/ report
+        before_spec = EvalSpec.model_validate(ctx.spec.baseline["eval"]) if ctx.spec.baseline else reference
+        before = evaluate_once(student_dir, before_spec, eval_rows, cfg.trust_remote_code, baseline_cache(ctx)).metrics
         teacher = evaluate(teacher_dir, reference, eval_rows, cfg.trust_remote_code).metrics
         for label, found in (("before", before), ("teacher", teacher)):
             metrics.update({f"{label}/{k}": v for k, v in found.items() if k.startswith("eval/")})

@@ -209,3 +209,21 @@ def test_reference_models_get_the_greedy_pass_only_unless_a_gate_reads_a_sweep()
     assert reference_spec(spec, "eval/accuracy") == reference
     assert reference_spec(spec, "eval/mode/think/accuracy") == spec
     assert reference_spec(spec, "eval/budget/16/accuracy") == spec
+
+
+def test_a_baseline_is_keyed_by_the_passes_it_runs():
+    """Two stages on the same input model share its baseline only when they ask for the same passes:
+    a stage gating on a mode metric gets the sweeps, and its own cache file, so a greedy-only baseline
+    written first can never be read as one that measured the mode."""
+    from pipeline.gates import baseline_plan
+    from pipeline.recipe import load_recipe
+    from stages.common import GateSpec
+
+    recipe = load_recipe("qwen3", "tiny").recipe
+    fusion = next(s for s in recipe.stages if s.name == "fusion")
+    eval_spec, fingerprints = recipe.eval.model_dump(mode="json"), {"model": "m", "eval_data": "d"}
+    greedy = baseline_plan(fusion, eval_spec, fingerprints, {})
+    assert greedy["eval"]["modes"] == [] and greedy["eval"]["budgets"] == []
+    gated = baseline_plan(fusion.model_copy(update={"gate": GateSpec(metric="eval/mode/think/accuracy")}),
+                          eval_spec, fingerprints, {})
+    assert gated["eval"]["modes"] == eval_spec["modes"] and gated["path"] != greedy["path"]
