@@ -9,7 +9,8 @@ machine's own limit, and what lower precision does to held-out results.
    FLOP/s) at large batch; the limit in tokens/s is batch / max(both).
 2. Engines (SmolLM2 on the demo's held-out prompts, 80 new tokens as the demo's evaluation): HF
    generate float32 (today's baseline) and bfloat16, HF with a static cache and torch.compile,
-   transformers' continuous batching (`generate_batch`), CTranslate2 float32 and int8; greedy at
+   transformers' continuous batching (`generate_batch`), CTranslate2 float32 and int8, ONNX Runtime
+   GenAI float32 and int4 (`--engines` picks some); greedy at
    batch 1 / 16 / 64 and sampled (4 per prompt) at batch 16. Tokens/s, ms per decode step, the
    ratio to HF float32 at the same batch, and greedy outputs identical to HF float32's.
 3. Precision: HF float32 against each lower precision on `--accuracy-prompts` held-out prompts:
@@ -102,7 +103,7 @@ def timed(engine: Engine, prompts: list, spec: SamplingSpec) -> tuple[float, lis
 
 def speed_table(model_dir: str, prompts: list, machine: dict, params: int, args) -> dict[str, list]:
     """tokens/s per engine and batch; returns each engine's greedy batch-16 texts for equality."""
-    candidates = [("hf", "float32"), ("hf", "bfloat16"), ("ct2", "float32"), ("ct2", "int8")]
+    candidates = [tuple(e.split(":")) for e in args.engines]
     greedy_texts: dict[str, list] = {}
     base: dict[tuple, float] = {}
     print(f"{'engine':22s} {'mode':12s} {'batch':>5s} {'tokens/s':>9s} {'ms/step':>8s} {'x HF f32':>8s} "
@@ -144,7 +145,7 @@ def speed_table(model_dir: str, prompts: list, machine: dict, params: int, args)
                 greedy_texts[label] = [cs[0].text for cs in done]
                 ref = greedy_texts.get("hf float32")
                 same = f"{sum(a == b for a, b in zip(ref, greedy_texts[label]))}/{len(greedy_texts[label])}" if ref else ""
-            weight_bytes = params * (1 if "int8" in label else 2 if "bfloat16" in label else 4)
+            weight_bytes = params * {"int4": 0.5, "int8": 1, "bfloat16": 2}.get(label.split()[-1], 4)
             print(f"{label:22s} {mode:12s} {batch:5d} {rate:9.1f} {1e3 * seconds / max(1, steps):8.1f} "
                   f"{rate / base[key] if key in base else float('nan'):8.2f} "
                   f"{limit_tokens_per_s(params, weight_bytes, batch, machine):8.0f} {same:>7s}", flush=True)
@@ -162,7 +163,7 @@ def precision_table(model_dir: str, rows: list[dict], args) -> None:
     prompts = [render_prompt("chat", r) for r in rows]
     spec = SamplingSpec(max_new_tokens=args.max_new_tokens, batch_size=32)
     scored = {}
-    for engine, precision in (("ct2", "float32"), ("ct2", "int8"), ("hf", "bfloat16")):
+    for engine, precision in (("ct2", "float32"), ("ct2", "int8"), ("hf", "bfloat16"), ("ort", "int4")):
         texts = [cs[0] for cs in open_engine(model_dir, engine, precision).texts(prompts, spec)]
         scored[f"{engine} {precision}"] = (score_rows(rows, texts), [float(is_well_formed(t)) for t in texts])
     print(f"\n{len(rows)} held-out prompts, greedy, {args.max_new_tokens} new tokens; ct2 float32 stands for "
@@ -180,28 +181,32 @@ def precision_table(model_dir: str, rows: list[dict], args) -> None:
 
 
 def grpo_refresh(model_dir: str, prompts: list, args) -> None:
-    """One demo GRPO step's generation (16 completions of 128 tokens) by HF float32 and CTranslate2
-    int8, and the cost of giving CTranslate2 new weights (save the policy, convert)."""
-    from toolkit.rollouts.ct2 import converted, keep_conversions_in
+    """One demo GRPO step's generation (16 completions of 128 tokens) by HF float32 and by each
+    converting engine, and the cost of giving that engine new weights (save the policy, convert)."""
+    from toolkit.rollouts import ct2, ort
+    from toolkit.rollouts.engines import keep_conversions_in
 
     spec = SamplingSpec(max_new_tokens=128, temperature=1.0, n=4, batch_size=4)
     chosen = prompts[:4]
     hf_s, _ = timed(open_engine(model_dir, "hf", "float32"), chosen, spec)
-    ct_s, _ = timed(open_engine(model_dir, "ct2", "int8"), chosen, spec)
+    print(f"\nGRPO step generation (16 x 128 tokens, sampled): HF float32 {hf_s:.1f} s")
     model, tokenizer = load_for_generation(model_dir)
-    scratch = Path(tempfile.mkdtemp(prefix="bench-refresh-"))
-    try:
-        keep_conversions_in(scratch / "ct2")
-        started = time.perf_counter()
-        model.save_pretrained(scratch / "policy")
-        tokenizer.save_pretrained(scratch / "policy")
-        converted(str(scratch / "policy"))
-        refresh = time.perf_counter() - started
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    print(f"\nGRPO step generation (16 x 128 tokens, sampled): HF float32 {hf_s:.1f} s, CTranslate2 int8 {ct_s:.1f} s; "
-          f"weight refresh (save + convert) {refresh:.1f} s -> CTranslate2 step {ct_s + refresh:.1f} s "
-          f"({(ct_s + refresh) / hf_s:.2f}x HF)")
+    for engine, precision, convert in (("ct2", "int8", lambda d: ct2.converted(d)),
+                                       ("ort", "float32", lambda d: ort.converted(d, "float32"))):
+        gen_s, _ = timed(open_engine(model_dir, engine, precision), chosen, spec)
+        scratch = Path(tempfile.mkdtemp(prefix="bench-refresh-"))
+        try:
+            keep_conversions_in(scratch)
+            started = time.perf_counter()
+            model.save_pretrained(scratch / "policy")
+            tokenizer.save_pretrained(scratch / "policy")
+            convert(str(scratch / "policy"))
+            refresh = time.perf_counter() - started
+        finally:
+            keep_conversions_in(None)
+            shutil.rmtree(scratch, ignore_errors=True)
+        print(f"  {engine} {precision}: generation {gen_s:.1f} s, weight refresh (save + convert) {refresh:.1f} s -> "
+              f"step {gen_s + refresh:.1f} s ({(gen_s + refresh) / hf_s:.2f}x HF)")
 
 
 def main() -> None:
@@ -211,6 +216,8 @@ def main() -> None:
     ap.add_argument("--batch1-prompts", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=80)
     ap.add_argument("--accuracy-prompts", type=int, default=200, help="0 = skip the precision table")
+    ap.add_argument("--engines", nargs="+", default=["hf:float32", "hf:bfloat16", "ct2:float32", "ct2:int8",
+                                                      "ort:float32", "ort:int4"], help="engine:precision, HF float32 first")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--continuous-batching", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--grpo", action=argparse.BooleanOptionalAction, default=True)

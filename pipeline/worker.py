@@ -23,8 +23,7 @@ from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, evaluate, 
 from stages.registry import STAGE_KINDS
 from stages.runtime import StageContext, baseline_cache, load_stage_rows
 from toolkit.core.files import write_json_atomic
-from toolkit.rollouts.ct2 import keep_conversions_in
-from toolkit.rollouts.engines import drain_opened
+from toolkit.rollouts.engines import drain_opened, keep_conversions_in
 
 
 def watch_flow(pid: int | None, every_s: float = 2.0) -> None:
@@ -89,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = [a for a in argv if not a.startswith("--local_rank")]  # the DeepSpeed launcher adds it
     die_with_parent()
     spec = WorkerSpec.model_validate_json(Path(args[0]).read_text())
-    keep_conversions_in(home() / "cache" / "ct2")  # as configure_environment does in the flow's process
+    keep_conversions_in(home() / "cache")  # as configure_environment does in the flow's process
     # a follower node's ranks watch its `posttrain node` (the head's flow pid is on another machine)
     watch_flow(int(os.environ.get("POSTTRAIN_WATCH_PID") or spec.flow_pid or 0))
     if spec.deepspeed_config:

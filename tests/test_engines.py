@@ -8,8 +8,7 @@ from data_curation.sources import load_rows
 from pipeline.recipe import RecipeError, load_recipe
 from toolkit.core.templates import render_prompt
 from toolkit.rollouts import SamplingSpec, engine_problems, open_engine, resolve_engine
-from toolkit.rollouts.ct2 import converted, keep_conversions_in
-from toolkit.rollouts.engines import drain_opened
+from toolkit.rollouts.engines import drain_opened, keep_conversions_in
 
 
 @pytest.fixture(scope="module")
@@ -25,28 +24,56 @@ def test_ct2_float32_greedy_equals_hf_token_for_token(tiny_model, prompts):
     assert same >= 0.95 * len(prompts), same
 
 
-def test_sampling_gives_n_completions_per_prompt_reproducibly(tiny_model, prompts):
-    engine = open_engine(str(tiny_model), "ct2", "int8")
+def test_ort_float32_greedy_equals_hf_token_for_token(tiny_model, prompts):
+    """Right padding (see toolkit/rollouts/ort.py): rows of different lengths in one batch of 8."""
+    spec = SamplingSpec(max_new_tokens=24, batch_size=8)
+    hf = open_engine(str(tiny_model), "hf").complete(prompts, spec)
+    ort = open_engine(str(tiny_model), "ort").complete(prompts, spec)
+    assert len({len(p[-1]["content"]) for p in prompts[:8]}) > 1
+    same = sum(a[0].text == b[0].text and a[0].tokens == b[0].tokens for a, b in zip(hf, ort))
+    assert same >= 0.95 * len(prompts), same
+
+
+@pytest.mark.parametrize("engine,precision", [("ct2", "int8"), ("ort", "int4")])
+def test_sampling_gives_n_completions_per_prompt_reproducibly(tiny_model, prompts, engine, precision):
+    loaded = open_engine(str(tiny_model), engine, precision)
     spec = SamplingSpec(max_new_tokens=12, temperature=1.0, n=3, batch_size=4, seed=7)
-    first, again = engine.texts(prompts[:4], spec), engine.texts(prompts[:4], spec)
+    first, again = loaded.texts(prompts[:4], spec), loaded.texts(prompts[:4], spec)
     assert [len(cs) for cs in first] == [3] * 4 and first == again
-    assert "ct2 int8" in " ".join(drain_opened()) and drain_opened() == []  # what the stage records, once
+    assert f"{engine} {precision}" in " ".join(drain_opened()) and drain_opened() == []  # what the stage records, once
 
 
-def test_a_conversion_is_made_once_per_model(tiny_model, tmp_path):
+@pytest.mark.parametrize("engine,marker", [("ct2", "model.bin"), ("ort", "genai_config.json")])
+def test_a_conversion_is_made_once_per_model(tiny_model, tmp_path, engine, marker):
+    from toolkit.rollouts import ct2, ort
+
+    convert = {"ct2": lambda: ct2.converted(str(tiny_model)), "ort": lambda: ort.converted(str(tiny_model), "float32")}[engine]
     keep_conversions_in(tmp_path)
     try:
-        first = converted(str(tiny_model))
-        stamp = (first / "model.bin").stat().st_mtime_ns
-        assert converted(str(tiny_model)) == first and (first / "model.bin").stat().st_mtime_ns == stamp
-        assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temp folder left behind
+        first = convert()
+        stamp = (first / marker).stat().st_mtime_ns
+        assert convert() == first and (first / marker).stat().st_mtime_ns == stamp
+        assert [p.name for p in (tmp_path / engine).iterdir()] == [first.name]  # no temp folder left behind
     finally:
         keep_conversions_in(None)
+
+
+def test_ort_refuses_a_prompt_holding_its_pad_id(tiny_model):
+    """ORT GenAI masks every position holding the pad id: a prompt using it would be read wrongly."""
+    from toolkit.rollouts.hf import load_tokenizer
+    from toolkit.rollouts.ort import converted, open_model, ort_sampler
+
+    model, pad = open_model(converted(str(tiny_model), "float32"), 1)
+    sample = ort_sampler(model, pad, load_tokenizer(str(tiny_model)))
+    assert len(sample([[5, 6, 7]], 4, False, SamplingSpec())[0]) <= 4
+    with pytest.raises(ValueError, match=f"contains token {pad}"):
+        sample([[5, 6, pad, 7]], 4, False, SamplingSpec())
 
 
 @pytest.mark.parametrize("engine,precision,message", [
     ("hf", "int8", "engine hf does not run int8"),
     ("ct2", "bfloat16", "engine ct2 does not run bfloat16"),
+    ("ort", "int8", "engine ort does not run int8"),
     ("vllm", "float32", "vLLM rollouts need"),
 ])
 def test_an_engine_is_refused_a_precision_or_machine_it_cannot_run(engine, precision, message):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from toolkit.core.files import write_json_atomic
 from toolkit.core.fingerprints import keep_import_scans_in
-from toolkit.rollouts.ct2 import keep_conversions_in
+from toolkit.rollouts.engines import keep_conversions_in
 
 
 def home() -> Path:
@@ -37,7 +37,7 @@ def configure_environment() -> None:
     root = home()
     root.mkdir(parents=True, exist_ok=True)
     keep_import_scans_in(root / "cache" / "imports")
-    keep_conversions_in(root / "cache" / "ct2")  # one generation-engine conversion per model
+    keep_conversions_in(root / "cache")  # one generation-engine conversion per model
     os.environ.setdefault("PREFECT_HOME", str(root / "prefect"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
     # A tracking server that does not answer is known in seconds, not after MLflow's default of

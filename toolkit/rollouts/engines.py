@@ -14,12 +14,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from toolkit.rollouts.sampling import Completion, SamplingSpec, complete
 
-ENGINES = ("auto", "hf", "ct2", "vllm")
-PRECISIONS = ("float32", "bfloat16", "int8")
-SUPPORTED = {"hf": {"float32", "bfloat16"}, "ct2": {"float32", "int8"}, "vllm": {"float32", "bfloat16"}}
+ENGINES = ("auto", "hf", "ct2", "ort", "vllm")
+PRECISIONS = ("float32", "bfloat16", "int8", "int4")
+SUPPORTED = {"hf": {"float32", "bfloat16"}, "ct2": {"float32", "int8"}, "ort": {"float32", "int4"},
+             "vllm": {"float32", "bfloat16"}}
 log = logging.getLogger(__name__)
 _OPENED: list[str] = []  # every engine this process loaded, for the stage's record
 
@@ -57,14 +59,17 @@ def engine_problems(engine: str, precision: str) -> list[str]:
     """Why `engine` at `precision` cannot run here (empty when it can), for validation before any
     compute: `auto` always runs, at float32 at least."""
     from toolkit.rollouts.ct2 import ct2_unavailable
+    from toolkit.rollouts.ort import ort_unavailable
     from toolkit.rollouts.vllm import vllm_unavailable
 
     if engine == "auto":
-        return [] if precision != "int8" else [m for m in [ct2_unavailable()] if m]
+        return {"int8": [m for m in [ct2_unavailable()] if m], "int4": [m for m in [ort_unavailable()] if m]}.get(precision, [])
     problems = [] if precision in SUPPORTED[engine] else [
         f"engine {engine} does not run {precision} (it runs {', '.join(sorted(SUPPORTED[engine]))})"]
     if engine == "ct2":
         problems += [m for m in [ct2_unavailable()] if m]
+    if engine == "ort":
+        problems += [m for m in [ort_unavailable()] if m]
     if engine == "vllm":
         problems += vllm_unavailable()
     return problems
@@ -79,10 +84,19 @@ def resolve_engine(engine: str, precision: str) -> str:
     # Measured on the 2-core machine (benchmarks/RESULTS.md, fast generation): CTranslate2 float32
     # runs at 0.66-0.93x HF float32's speed, its int8 at 0.95-1.2x; so on CPU, float32 stays HF
     # and int8 is CTranslate2. On a GPU without vLLM, HF on the GPU.
-    for candidate in ("vllm", "hf") if torch.cuda.is_available() else ("hf", "ct2"):
+    for candidate in ("vllm", "hf") if torch.cuda.is_available() else ("hf", "ct2", "ort"):
         if precision in SUPPORTED[candidate] and not engine_problems(candidate, precision):
             return candidate
     return "hf"
+
+
+def keep_conversions_in(cache_root: Path | None) -> None:
+    """Where each converting engine keeps its conversions (`cache_root`/ct2, `cache_root`/ort), shared
+    by every process of a home; None: each process converts into a temp dir."""
+    from toolkit.rollouts import ct2, ort
+
+    for module in (ct2, ort):
+        module.keep_conversions_in(cache_root / module.__name__.rsplit(".", 1)[1] if cache_root else None)
 
 
 def thread_budget() -> int:
@@ -139,6 +153,8 @@ def _load(model_dir: str, engine: str, precision: str, trust_remote_code: bool) 
                 sampler = open_generator(conversion, precision, threads)
             return complete(ct2_sampler(sampler, tokenizer), tokenizer, prompts, spec, progress)
         return Engine("ct2", precision, threads, tokenizer, run)
+    if chosen == "ort":
+        return _load_ort(model_dir, engine, precision, threads, trust_remote_code)
     from toolkit.rollouts.hf import hf_sampler, load_for_generation
 
     model, tokenizer = load_for_generation(model_dir, trust_remote_code, precision)
@@ -148,6 +164,23 @@ def _load(model_dir: str, engine: str, precision: str, trust_remote_code: bool) 
         torch.manual_seed(spec.seed)
         return complete(sample, tokenizer, prompts, spec, progress)
     return Engine("hf", precision, threads, tokenizer, run)
+
+
+def _load_ort(model_dir: str, engine: str, precision: str, threads: int, trust_remote_code: bool) -> Engine:
+    from toolkit.rollouts.hf import load_tokenizer
+    from toolkit.rollouts.ort import converted, open_model, ort_sampler
+
+    try:
+        model, pad_id = open_model(converted(model_dir, precision), threads)  # converted once per model and precision
+    except ValueError as e:  # an architecture its builder does not know
+        if engine != "auto":
+            raise ValueError(f"engine ort cannot load {model_dir}: {e}") from e
+        log.warning("generation: ONNX Runtime GenAI cannot convert %s (%s); using HF generate", model_dir, e)
+        return _load(model_dir, "hf", "float32", trust_remote_code)
+    tokenizer = load_tokenizer(model_dir, trust_remote_code)
+    sample = ort_sampler(model, pad_id, tokenizer)
+    return Engine("ort", precision, threads, tokenizer, lambda prompts, spec, progress: complete(
+        sample, tokenizer, prompts, spec, progress))
 
 
 def rollout_completions(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec, engine: str = "auto",

@@ -1,0 +1,124 @@
+"""ONNX Runtime GenAI as a token sampler: Microsoft's generation loop over ONNX Runtime, with a
+model builder that turns an HF Llama/Qwen/Phi checkpoint into an ONNX graph of fused operators
+(GroupQueryAttention, SkipSimplifiedLayerNormalization, MatMulNBits for int4 weights).
+
+A model is converted once per precision (float32, or int4 weights with int8 activations:
+`int4_accuracy_level=4`) into a cache keyed by its weights' checksum, the package's version and
+the precision (`keep_conversions_in`; the worker points it at `$POSTTRAIN_HOME/cache/ort`).
+
+Two things this engine does differently from HF, both measured (benchmarks/RESULTS.md):
+- Padding goes on the RIGHT. ORT GenAI's attention reads each row's length from its padding, and
+  left-padded rows decode differently from the same row alone (4/4 prompts differed); right-padded
+  rows match HF's greedy output token for token.
+- The padding id is one the prompts never use: ORT GenAI masks every position holding the pad id,
+  and SmolLM2 pads with its end-of-turn token, which every chat prompt contains. So the pad id is
+  set, at load, to the vocabulary's last id, and a batch that contains it is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from toolkit.core.files import dir_fingerprint
+from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
+
+BUILDER_PRECISIONS = {"float32": ["-p", "fp32"], "int4": ["-p", "int4", "--extra_options", "int4_accuracy_level=4"]}
+_CACHE: list[Path] = []
+
+
+def keep_conversions_in(directory: Path | None) -> None:
+    """Where converted models are kept across processes; unset, each process converts into a temp dir."""
+    _CACHE[:] = [Path(directory)] if directory else []
+
+
+def ort_unavailable() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime_genai") is None:
+        return "engine ort needs the onnxruntime-genai package (a dependency: run `make setup`)"
+    return None
+
+
+def converted(model_dir: str, precision: str) -> Path:
+    """The model's ONNX conversion at `precision`, made once by the package's model builder (in a
+    child process: it loads the HF model whole; a temp folder renamed into place, so two processes
+    converting at once both end with a whole one)."""
+    import onnxruntime_genai as og
+
+    root = _CACHE[0] if _CACHE else Path(tempfile.mkdtemp(prefix="posttrain-ort-"))
+    key = hashlib.sha256(f"{dir_fingerprint(Path(model_dir))}|{og.__version__}|{precision}".encode()).hexdigest()[:20]
+    final = root / key
+    if (final / "genai_config.json").exists():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    try:
+        done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", model_dir,
+                               "-o", str(tmp / "model"), "-e", "cpu", "-c", str(tmp / "cache"),
+                               *BUILDER_PRECISIONS[precision]], capture_output=True, text=True)
+        if done.returncode or not (tmp / "model" / "genai_config.json").exists():
+            raise ValueError(f"the ONNX Runtime GenAI builder could not convert {model_dir}: "
+                             f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+        try:
+            (tmp / "model").rename(final)
+        except OSError:  # another process published it first
+            if not (final / "genai_config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def open_model(conversion: Path, threads: int):
+    """The converted model with this process's thread budget and a pad id no prompt uses."""
+    import onnxruntime_genai as og
+
+    vocab = json.loads((conversion / "genai_config.json").read_text())["model"]["vocab_size"]
+    config = og.Config(str(conversion))
+    config.overlay(json.dumps({"model": {"pad_token_id": vocab - 1, "decoder": {"session_options": {
+        "intra_op_num_threads": threads, "inter_op_num_threads": 1}}}}))
+    return og.Model(config), vocab - 1
+
+
+def ort_sampler(model, pad_id: int, tokenizer) -> TokenSampler:
+    """Rows are sampled independently (`n` copies of a prompt are `n` rows). ORT GenAI stops a row
+    at the end token itself; a `</think>` stop (one token or split, as in SmolLM2) is watched for
+    after every step, and the batch ends when every row has stopped."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    def sample(seqs: list[list[int]], max_new_tokens: int, stop_at_think_end: bool,
+               spec: SamplingSpec) -> list[list[int]]:
+        if any(pad_id in s for s in seqs):
+            raise ValueError(f"engine ort: a prompt contains token {pad_id}, the id it pads with")
+        width = max(len(s) for s in seqs)
+        params = og.GeneratorParams(model)
+        options = dict(max_length=width + max_new_tokens, batch_size=len(seqs), do_sample=spec.temperature > 0)
+        if spec.temperature > 0:
+            options.update(temperature=spec.temperature, top_p=spec.top_p, random_seed=spec.seed)
+        params.set_search_options(**options)
+        generator = og.Generator(model, params)
+        generator.append_tokens(np.array([s + [pad_id] * (width - len(s)) for s in seqs], dtype=np.int32))
+        stops, stop_string = {tokenizer.eos_token_id}, False
+        if stop_at_think_end:
+            think_end = think_end_id(tokenizer)
+            stops, stop_string = (stops | {think_end}, False) if think_end is not None else (stops, True)
+        rows: list[list[int]] = [[] for _ in seqs]
+        stopped = [False] * len(seqs)
+        while not generator.is_done() and not all(stopped):
+            generator.generate_next_token()
+            for i, token in enumerate(generator.get_next_tokens().tolist()):
+                if stopped[i]:
+                    continue
+                rows[i].append(token)
+                stopped[i] = token in stops or (stop_string and ">" in tokenizer.decode([token])
+                                                and tokenizer.decode(rows[i][-8:]).rstrip().endswith(THINK_END))
+        return [cut_at_stop(tokenizer, row, stops, stop_string) for row in rows]
+
+    return sample
