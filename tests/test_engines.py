@@ -97,3 +97,16 @@ def test_a_profile_sets_generation_for_every_stage_and_the_evaluation(tmp_path, 
     assert resolved.recipe.eval.generation.precision == "int8"
     with pytest.raises(RecipeError, match=r"stages\[0\]\.generation: engine hf does not run int8"):
         load_recipe("smoke", "tiny", ["stages.cold_start.generation.engine=hf"])
+
+
+def test_ort_keeps_the_four_most_recently_used_conversions(tmp_path):
+    import os
+
+    from toolkit.rollouts.ort import _prune
+
+    for age, name in enumerate(["e", "d", "c", "b", "a"]):  # "a" is the oldest
+        (tmp_path / name).mkdir()
+        os.utime(tmp_path / name, (1000 - age, 1000 - age))
+    (tmp_path / ".x.partial").mkdir()  # another process's conversion in progress
+    _prune(tmp_path, keep=tmp_path / "a")  # "a" was just made or used
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".x.partial", "a", "c", "d", "e"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from toolkit.core.files import dir_fingerprint
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
 BUILDER_PRECISIONS = {"float32": ["-p", "fp32"], "int4": ["-p", "int4", "--extra_options", "int4_accuracy_level=4"]}
+KEPT_CONVERSIONS = 4
 _CACHE: list[Path] = []
 
 
@@ -55,6 +57,7 @@ def converted(model_dir: str, precision: str) -> Path:
     key = hashlib.sha256(f"{dir_fingerprint(Path(model_dir))}|{og.__version__}|{precision}".encode()).hexdigest()[:20]
     final = root / key
     if (final / "genai_config.json").exists():
+        os.utime(final)  # recently used: kept by the pruning below
         return final
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
@@ -72,7 +75,18 @@ def converted(model_dir: str, precision: str) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    _prune(root, keep=final)
     return final
+
+
+def _prune(root: Path, keep: Path, kept: int = KEPT_CONVERSIONS) -> None:
+    """Drop the least recently used conversions beyond `kept` (each is the model's size again: 0.5 GB
+    for SmolLM2 in float32, and a recipe converts every stage's model it evaluates). One still
+    wanted is made again in seconds; one a process has open stays readable (it is mapped)."""
+    done = sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".") and d != keep),
+                  key=lambda d: d.stat().st_mtime, reverse=True)
+    for old in done[kept - 1:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def open_model(conversion: Path, threads: int):
