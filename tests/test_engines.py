@@ -58,16 +58,17 @@ def test_a_conversion_is_made_once_per_model(tiny_model, tmp_path, engine, marke
         keep_conversions_in(None)
 
 
-def test_ort_refuses_a_prompt_holding_its_pad_id(tiny_model):
-    """ORT GenAI masks every position holding the pad id: a prompt using it would be read wrongly."""
-    from toolkit.rollouts.hf import load_tokenizer
-    from toolkit.rollouts.ort import converted, open_model, ort_sampler
-
-    model, pad = open_model(converted(str(tiny_model), "float32"), 1)
-    sample = ort_sampler(model, pad, load_tokenizer(str(tiny_model)))
-    assert len(sample([[5, 6, 7]], 4, False, SamplingSpec())[0]) <= 4
-    with pytest.raises(ValueError, match=f"contains token {pad}"):
-        sample([[5, 6, pad, 7]], 4, False, SamplingSpec())
+def test_ort_reads_prompts_holding_the_end_token_alike_in_a_batch_and_alone(tiny_model, prompts):
+    """The chat template puts the end token (SmolLM2's and tiny-qwen3's pad token) inside every
+    prompt; rows of one batch are padded to one width. ORT GenAI would mask a prompt's own end tokens
+    if it padded with them: it pads with -1."""
+    engine = open_engine(str(tiny_model), "ort")
+    eos = engine.tokenizer.eos_token_id
+    assert all(eos in engine.tokenizer(engine.tokenizer.apply_chat_template(p, tokenize=False))["input_ids"] for p in prompts[:8])
+    spec = SamplingSpec(max_new_tokens=16, batch_size=8)
+    batched = [c[0].text for c in engine.complete(prompts[:8], spec)]
+    alone = [engine.complete([p], spec)[0][0].text for p in prompts[:8]]
+    assert batched == alone
 
 
 @pytest.mark.parametrize("engine,precision,message", [

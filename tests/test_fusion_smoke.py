@@ -149,7 +149,7 @@ def test_a_budget_answers_in_a_batch_as_alone_when_pad_is_the_end_token(fusion_r
     assert same_pad.pad_token_id == same_pad.eos_token_id
     sample = {"hf": lambda: hf_sampler(load_for_generation(model_dir)[0], same_pad),
               "ct2": lambda: ct2_sampler(load_ct2(model_dir, "float32", 1), same_pad),
-              "ort": lambda: ort_sampler(*open_model(converted(model_dir, "float32"), 1), same_pad)}[fusion_model.name]()
+              "ort": lambda: ort_sampler(open_model(converted(model_dir, "float32"), 1), same_pad)}[fusion_model.name]()
     prompts = [flag_messages(r["prompt"], "think") for r in held_out[:12]]
     spec = {"max_new_tokens": 96, "thinking_budget": 90, "answer_max_new_tokens": 32}
     batched = [c[0] for c in complete(sample, same_pad, prompts, SamplingSpec(batch_size=12, **spec))]

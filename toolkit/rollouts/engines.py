@@ -171,14 +171,14 @@ def _load_ort(model_dir: str, engine: str, precision: str, threads: int, trust_r
     from toolkit.rollouts.ort import converted, open_model, ort_sampler
 
     try:
-        model, pad_id = open_model(converted(model_dir, precision), threads)  # converted once per model and precision
+        model = open_model(converted(model_dir, precision), threads)  # converted once per model and precision
     except ValueError as e:  # an architecture its builder does not know
         if engine != "auto":
             raise ValueError(f"engine ort cannot load {model_dir}: {e}") from e
         log.warning("generation: ONNX Runtime GenAI cannot convert %s (%s); using HF generate", model_dir, e)
         return _load(model_dir, "hf", "float32", trust_remote_code)
     tokenizer = load_tokenizer(model_dir, trust_remote_code)
-    sample = ort_sampler(model, pad_id, tokenizer)
+    sample = ort_sampler(model, tokenizer)
     return Engine("ort", precision, threads, tokenizer, lambda prompts, spec, progress: complete(
         sample, tokenizer, prompts, spec, progress))
 

@@ -10,9 +10,10 @@ Two things this engine does differently from HF, both measured (benchmarks/RESUL
 - Padding goes on the RIGHT. ORT GenAI's attention reads each row's length from its padding, and
   left-padded rows decode differently from the same row alone (4/4 prompts differed); right-padded
   rows match HF's greedy output token for token.
-- The padding id is one the prompts never use: ORT GenAI masks every position holding the pad id,
-  and SmolLM2 pads with its end-of-turn token, which every chat prompt contains. So the pad id is
-  set, at load, to the vocabulary's last id, and a batch that contains it is refused.
+- The padding id is one no sequence can hold: ORT GenAI masks every position holding the pad id,
+  and SmolLM2 pads with its end-of-turn token, which every chat prompt contains (and any real id
+  can turn up in a budget's second phase, which feeds generated tokens back). So the pad id is -1,
+  set at load: never a token, and a valid index for the embedding's Gather where it is masked.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut
 
 BUILDER_PRECISIONS = {"float32": ["-p", "fp32"], "int4": ["-p", "int4", "--extra_options", "int4_accuracy_level=4"]}
 KEPT_CONVERSIONS = 4
+PAD_ID = -1
 _CACHE: list[Path] = []
 
 
@@ -90,17 +92,16 @@ def _prune(root: Path, keep: Path, kept: int = KEPT_CONVERSIONS) -> None:
 
 
 def open_model(conversion: Path, threads: int):
-    """The converted model with this process's thread budget and a pad id no prompt uses."""
+    """The converted model with this process's thread budget, padding with PAD_ID."""
     import onnxruntime_genai as og
 
-    vocab = json.loads((conversion / "genai_config.json").read_text())["model"]["vocab_size"]
     config = og.Config(str(conversion))
-    config.overlay(json.dumps({"model": {"pad_token_id": vocab - 1, "decoder": {"session_options": {
+    config.overlay(json.dumps({"model": {"pad_token_id": PAD_ID, "decoder": {"session_options": {
         "intra_op_num_threads": threads, "inter_op_num_threads": 1}}}}))
-    return og.Model(config), vocab - 1
+    return og.Model(config)
 
 
-def ort_sampler(model, pad_id: int, tokenizer) -> TokenSampler:
+def ort_sampler(model, tokenizer) -> TokenSampler:
     """Rows are sampled independently (`n` copies of a prompt are `n` rows). ORT GenAI stops a row
     at the end token itself; a `</think>` stop (one token or split, as in SmolLM2) is watched for
     after every step, and the batch ends when every row has stopped."""
@@ -109,8 +110,6 @@ def ort_sampler(model, pad_id: int, tokenizer) -> TokenSampler:
 
     def sample(seqs: list[list[int]], max_new_tokens: int, stop_at_think_end: bool,
                spec: SamplingSpec) -> list[list[int]]:
-        if any(pad_id in s for s in seqs):
-            raise ValueError(f"engine ort: a prompt contains token {pad_id}, the id it pads with")
         width = max(len(s) for s in seqs)
         params = og.GeneratorParams(model)
         options = dict(max_length=width + max_new_tokens, batch_size=len(seqs), do_sample=spec.temperature > 0)
@@ -118,7 +117,7 @@ def ort_sampler(model, pad_id: int, tokenizer) -> TokenSampler:
             options.update(temperature=spec.temperature, top_p=spec.top_p, random_seed=spec.seed)
         params.set_search_options(**options)
         generator = og.Generator(model, params)
-        generator.append_tokens(np.array([s + [pad_id] * (width - len(s)) for s in seqs], dtype=np.int32))
+        generator.append_tokens(np.array([s + [PAD_ID] * (width - len(s)) for s in seqs], dtype=np.int32))
         stops, stop_string = {tokenizer.eos_token_id}, False
         if stop_at_think_end:
             think_end = think_end_id(tokenizer)
