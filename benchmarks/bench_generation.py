@@ -163,17 +163,18 @@ def precision_table(model_dir: str, rows: list[dict], args) -> None:
     prompts = [render_prompt("chat", r) for r in rows]
     spec = SamplingSpec(max_new_tokens=args.max_new_tokens, batch_size=32)
     scored = {}
-    for engine, precision in (("ct2", "float32"), ("ct2", "int8"), ("hf", "bfloat16"), ("ort", "int4")):
+    for engine, precision in (e.split(":") for e in args.precision_engines):
         texts = [cs[0] for cs in open_engine(model_dir, engine, precision).texts(prompts, spec)]
         scored[f"{engine} {precision}"] = (score_rows(rows, texts), [float(is_well_formed(t)) for t in texts])
-    print(f"\n{len(rows)} held-out prompts, greedy, {args.max_new_tokens} new tokens; ct2 float32 stands for "
+    reference = args.precision_engines[0].replace(":", " ")
+    print(f"\n{len(rows)} held-out prompts, greedy, {args.max_new_tokens} new tokens; {reference} stands for "
           "float32 (its greedy outputs equal HF float32's, table above)")
-    ref_acc, ref_fmt = scored["ct2 float32"]
+    ref_acc, ref_fmt = scored[reference]
     for label, (acc, fmt) in scored.items():
         a, f = rate_interval(acc), rate_interval(fmt)
         line = (f"{label:14s} accuracy {a['mean']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}]"
                 f"  format {f['mean']:.3f} [{f['lo']:.3f}, {f['hi']:.3f}]")
-        if label != "ct2 float32":
+        if label != reference:
             da, df = paired_change(ref_acc, acc), paired_change(ref_fmt, fmt)
             line += (f"  change: accuracy {da['delta']:+.3f} [{da['lo']:+.3f}, {da['hi']:+.3f}]"
                      f" format {df['delta']:+.3f} [{df['lo']:+.3f}, {df['hi']:+.3f}]")
@@ -218,6 +219,8 @@ def main() -> None:
     ap.add_argument("--accuracy-prompts", type=int, default=200, help="0 = skip the precision table")
     ap.add_argument("--engines", nargs="+", default=["hf:float32", "hf:bfloat16", "ct2:float32", "ct2:int8",
                                                       "ort:float32", "ort:int4"], help="engine:precision, HF float32 first")
+    ap.add_argument("--precision-engines", nargs="+", default=["ct2:float32", "ct2:int8", "hf:bfloat16", "ort:int4"],
+                    help="engine:precision for the precision table, a float32 one first (the reference)")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--continuous-batching", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--grpo", action=argparse.BooleanOptionalAction, default=True)
