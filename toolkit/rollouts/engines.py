@@ -178,9 +178,8 @@ def _load_ort(model_dir: str, engine: str, precision: str, threads: int, trust_r
         log.warning("generation: ONNX Runtime GenAI cannot convert %s (%s); using HF generate", model_dir, e)
         return _load(model_dir, "hf", "float32", trust_remote_code)
     tokenizer = load_tokenizer(model_dir, trust_remote_code)
-    sample = ort_sampler(model, tokenizer)
     return Engine("ort", precision, threads, tokenizer, lambda prompts, spec, progress: complete(
-        sample, tokenizer, prompts, spec, progress))
+        ort_sampler(model, tokenizer), tokenizer, prompts, spec, progress))  # a fresh sampler: seeds from spec.seed
 
 
 def rollout_completions(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec, engine: str = "auto",

@@ -33,6 +33,7 @@ from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut
 BUILDER_PRECISIONS = {"float32": ["-p", "fp32"], "int4": ["-p", "int4", "--extra_options", "int4_accuracy_level=4"]}
 KEPT_CONVERSIONS = 4
 PAD_ID = -1
+MAX_ROWS = 32  # the generator refuses larger batches ("batch_size (64) must be in [1, 32]")
 _CACHE: list[Path] = []
 
 
@@ -102,19 +103,28 @@ def open_model(conversion: Path, threads: int):
 
 
 def ort_sampler(model, tokenizer) -> TokenSampler:
-    """Rows are sampled independently (`n` copies of a prompt are `n` rows). ORT GenAI stops a row
+    """Rows are sampled independently (`n` copies of a prompt are `n` rows), at most MAX_ROWS to a
+    generator; a new sampler per `complete` call makes its draws reproducible. ORT GenAI stops a row
     at the end token itself; a `</think>` stop (one token or split, as in SmolLM2) is watched for
     after every step, and the batch ends when every row has stopped."""
     import numpy as np
     import onnxruntime_genai as og
 
+    generators_made = [0]  # each generator gets its own seed: spec.seed, then the next ones
+
     def sample(seqs: list[list[int]], max_new_tokens: int, stop_at_think_end: bool,
                spec: SamplingSpec) -> list[list[int]]:
+        return [row for start in range(0, len(seqs), MAX_ROWS)
+                for row in sample_rows(seqs[start:start + MAX_ROWS], max_new_tokens, stop_at_think_end, spec)]
+
+    def sample_rows(seqs: list[list[int]], max_new_tokens: int, stop_at_think_end: bool,
+                    spec: SamplingSpec) -> list[list[int]]:
         width = max(len(s) for s in seqs)
         params = og.GeneratorParams(model)
         options = dict(max_length=width + max_new_tokens, batch_size=len(seqs), do_sample=spec.temperature > 0)
         if spec.temperature > 0:
-            options.update(temperature=spec.temperature, top_p=spec.top_p, random_seed=spec.seed)
+            options.update(temperature=spec.temperature, top_p=spec.top_p, random_seed=spec.seed + generators_made[0])
+        generators_made[0] += 1
         params.set_search_options(**options)
         generator = og.Generator(model, params)
         generator.append_tokens(np.array([s + [PAD_ID] * (width - len(s)) for s in seqs], dtype=np.int32))
