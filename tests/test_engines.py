@@ -8,7 +8,7 @@ from data_curation.sources import load_rows
 from pipeline.recipe import RecipeError, load_recipe
 from toolkit.core.templates import render_prompt
 from toolkit.rollouts import SamplingSpec, engine_problems, open_engine, resolve_engine
-from toolkit.rollouts.engines import drain_opened, keep_conversions_in
+from toolkit.rollouts.engines import AUTO_ORT_MIN_BYTES, drain_opened, keep_conversions_in
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +81,13 @@ def test_an_engine_is_refused_a_precision_or_machine_it_cannot_run(engine, preci
     assert any(message in p for p in engine_problems(engine, precision))
 
 
-def test_auto_is_the_engine_measured_fastest_here_for_the_precision():
-    assert resolve_engine("auto", "float32") == "hf" and resolve_engine("auto", "bfloat16") == "hf"
-    assert resolve_engine("auto", "int8") == "ct2"
+def test_auto_is_the_engine_measured_fastest_here_for_the_precision(tiny_model, tmp_path):
+    assert resolve_engine("auto", "float32", str(tiny_model)) == "hf"  # a conversion would cost more than it saves
+    with open(tmp_path / "model.safetensors", "wb") as f:  # a real model's size (sparse: no disk used)
+        f.truncate(AUTO_ORT_MIN_BYTES)
+    assert resolve_engine("auto", "float32", str(tmp_path)) == "ort"
+    assert resolve_engine("auto", "bfloat16", str(tmp_path)) == "hf"
+    assert resolve_engine("auto", "int8") == "ct2" and resolve_engine("auto", "int4") == "ort"
 
 
 def test_a_profile_sets_generation_for_every_stage_and_the_evaluation(tmp_path, monkeypatch):

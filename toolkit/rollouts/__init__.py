@@ -3,14 +3,15 @@ and budgets, curation filters, rejection sampling, preference sampling, teacher 
 `posttrain generate` and `posttrain eval`).
 
 `open_engine(model_dir, engine, precision)` loads a model into an engine (`engines.py`: hf, ct2,
-vllm, auto) and `Engine.complete(prompts, spec)` samples `spec.n` Completions per prompt. HF and
-CTranslate2 share one implementation of prompts, thinking modes and budgets (`sampling.py`) over a
-token-level sampler each (`hf.py`, `ct2.py`); vLLM samples from text (`vllm.py`). Completions are
+ort, vllm, auto) and `Engine.complete(prompts, spec)` samples `spec.n` Completions per prompt. HF,
+CTranslate2 and ONNX Runtime GenAI share one implementation of prompts, thinking modes and budgets
+(`sampling.py`) over a token-level sampler each (`hf.py`, `ct2.py`, `ort.py`); vLLM samples from
+text (`vllm.py`). Completions are
 decoded with special tokens kept (so <think> tags survive in tokenizers where they are special) and
 then cut at the end-of-turn token.
 
 GRPO's rollouts are TRL's own (HF generate inside the trainer, or TRL's vLLM modes on GPU): see
-benchmarks/RESULTS.md, fast generation, for why CTranslate2 is not plugged into that loop.
+benchmarks/RESULTS.md, fast generation, for what a weight refresh into another engine costs.
 """
 
 from toolkit.rollouts.engines import (

@@ -1,7 +1,8 @@
 """CTranslate2 as a token sampler: a C++ inference engine for causal LMs (Llama, Qwen2/3 and more)
-with int8 kernels for this CPU (AVX-512 VNNI). Chosen over llama.cpp and ONNX Runtime GenAI because
-it installs from PyPI as one wheel, converts an HF checkpoint in seconds with no other tool, and
-takes token ids in and gives token ids out, so the budget logic and the tokenizer stay HF's.
+with int8 kernels for this CPU (AVX-512 VNNI). It installs from PyPI as one wheel, converts an HF
+checkpoint in seconds with no other tool, and takes token ids in and gives token ids out, so the
+budget logic and the tokenizer stay HF's. At float32 ONNX Runtime GenAI (ort.py) is faster; int8
+is this engine's.
 
 A model is converted once, in float32, into a cache keyed by its weights' checksum and the engine's
 version (`keep_conversions_in`; the worker points it at `$POSTTRAIN_HOME/cache/ct2`); the compute

@@ -1,12 +1,15 @@
-"""Which engine generates: `hf` (HF generate), `ct2` (CTranslate2, CPU), `vllm` (GPU), or `auto`,
-the fastest one available for the precision asked: on a GPU, vLLM with the [vllm] extra, else HF;
-on CPU, HF for float32 and bfloat16, CTranslate2 for int8 (the only engine here that runs it).
+"""Which engine generates: `hf` (HF generate), `ct2` (CTranslate2, CPU), `ort` (ONNX Runtime
+GenAI, CPU), `vllm` (GPU), or `auto`, the fastest one available for the precision asked: on a GPU,
+vLLM with the [vllm] extra, else HF; on CPU, ONNX Runtime GenAI for float32 (a test-sized model
+stays HF: see resolve_engine), HF for bfloat16, CTranslate2 for int8, ONNX Runtime GenAI for int4.
 
 Precision is a generation setting of its own, never silently changed: float32 (every engine on
-CPU), bfloat16 (HF on AMX or a GPU; vLLM) or int8 (CTranslate2, weights in int8, activations in
-float32). Lower precision changes outputs (bf16 and int8 greedy completions differ from float32's
-on most prompts), so a stage uses it only where a benchmark shows its held-out accuracy and rewards
-stay within float32's interval (benchmarks/bench_generation.py), and the stage's run records it.
+CPU), bfloat16 (HF on AMX or a GPU; vLLM), int8 (CTranslate2, weights in int8, activations in
+float32) or int4 (ONNX Runtime GenAI, int4 weights, int8 activations). Lower precision changes
+outputs (bf16, int8 and int4 greedy completions differ from float32's on most prompts; on a trained
+SmolLM2, int8 cost 9 points of held-out accuracy and int4 19.5), so a stage uses it only where a
+benchmark shows its held-out accuracy and rewards stay within float32's interval
+(benchmarks/bench_generation.py), and the stage's run records it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from toolkit.rollouts.sampling import Completion, SamplingSpec, complete
 
 ENGINES = ("auto", "hf", "ct2", "ort", "vllm")
 PRECISIONS = ("float32", "bfloat16", "int8", "int4")
+AUTO_ORT_MIN_BYTES = 100 * 2**20  # SmolLM2-135M in float32: 540 MB; the suite's tiny models: a few MB
 SUPPORTED = {"hf": {"float32", "bfloat16"}, "ct2": {"float32", "int8"}, "ort": {"float32", "int4"},
              "vllm": {"float32", "bfloat16"}}
 log = logging.getLogger(__name__)
@@ -75,19 +79,32 @@ def engine_problems(engine: str, precision: str) -> list[str]:
     return problems
 
 
-def resolve_engine(engine: str, precision: str) -> str:
-    """The engine `auto` stands for, at this precision, on this machine."""
+def resolve_engine(engine: str, precision: str, model_dir: str | None = None) -> str:
+    """The engine `auto` stands for, at this precision, on this machine, for this model."""
     import torch
 
     if engine != "auto":
         return engine
-    # Measured on the 2-core machine (benchmarks/RESULTS.md, fast generation): CTranslate2 float32
-    # runs at 0.66-0.93x HF float32's speed, its int8 at 0.95-1.2x; so on CPU, float32 stays HF
-    # and int8 is CTranslate2. On a GPU without vLLM, HF on the GPU.
-    for candidate in ("vllm", "hf") if torch.cuda.is_available() else ("hf", "ct2", "ort"):
+    if torch.cuda.is_available():  # vLLM with the [vllm] extra, else HF on the GPU
+        return next((c for c in ("vllm", "hf") if precision in SUPPORTED[c] and not engine_problems(c, precision)), "hf")
+    # Measured on the 2-core machine (benchmarks/RESULTS.md, fast generation): ONNX Runtime GenAI
+    # float32 gives HF float32's greedy outputs token for token, 2-3x faster; its conversion costs
+    # seconds, which pays only for a model that generates for long: so a real model (weights of
+    # AUTO_ORT_MIN_BYTES or more) goes to ort, a test-sized one stays HF. int8 is CTranslate2's,
+    # int4 ONNX Runtime GenAI's.
+    if precision == "float32" and not engine_problems("ort", precision) and weight_bytes(model_dir) >= AUTO_ORT_MIN_BYTES:
+        return "ort"
+    for candidate in ("hf", "ct2", "ort"):
         if precision in SUPPORTED[candidate] and not engine_problems(candidate, precision):
             return candidate
     return "hf"
+
+
+def weight_bytes(model_dir: str | None) -> int:
+    """The size of a model's weight files (0 when there is no model directory to look at)."""
+    if not model_dir or not Path(model_dir).is_dir():
+        return 0
+    return sum(f.stat().st_size for f in Path(model_dir).iterdir() if f.suffix in (".safetensors", ".bin"))
 
 
 def keep_conversions_in(cache_root: Path | None) -> None:
@@ -120,7 +137,7 @@ def _load(model_dir: str, engine: str, precision: str, trust_remote_code: bool) 
 
     if problems := engine_problems(engine, precision):
         raise ValueError(f"generation engine {engine!r} at {precision}: " + "; ".join(problems))
-    chosen, threads = resolve_engine(engine, precision), thread_budget()
+    chosen, threads = resolve_engine(engine, precision, model_dir), thread_budget()
     if chosen == "vllm":
         from toolkit.rollouts.hf import load_tokenizer
         from toolkit.rollouts.vllm import generate_vllm
