@@ -4,7 +4,8 @@ Every evaluated stage is compared with the model it started from: the upstream s
 when its input is an evaluated stage, otherwise the input model itself, its greedy pass evaluated
 once (stages.evaluate.reference_spec; per model fingerprint and evaluation spec, cached in
 $POSTTRAIN_HOME/baselines/) by the stage's worker
-(a distillation stage's `before/` student evaluation is the same measurement, read from there). Those
+(a distillation stage's `before/` student evaluation is the same measurement, read from there, and
+its `before/` and `teacher/` numbers are an upstream stage's when that stage evaluated the model). Those
 numbers are the stage's `input/eval/...` metrics. Both sides were scored on the same prompts, and
 their per-prompt scores are kept (`eval_scores.json`), so the change is a paired comparison:
 `change/eval/<metric>` with its paired 95% interval (`_lo`, `_hi`), the prompts it rests on
@@ -26,7 +27,7 @@ from pathlib import Path
 from pipeline.store.home import home
 from stages.common import PAIRED_METRICS, GateSpec
 from stages.contracts import StageResult
-from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, reference_spec
+from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, SWEEP_PREFIXES, EvalSpec, reference_spec
 from toolkit.core.fingerprints import code_fingerprint
 from toolkit.core.stats import paired_change
 
@@ -42,11 +43,35 @@ def is_eval(key: str) -> bool:
     return key.startswith("eval/")
 
 
-def evaluated_input_stage(stage, upstream: dict[str, StageResult]) -> StageResult | None:
-    """The earlier stage whose model is this stage's input (EVAL_INPUT), when it was evaluated."""
-    ref = next((r for path, r, _ in stage.refs() if path == stage.EVAL_INPUT), None)
+def evaluated_upstream(stage, field: str | None, upstream: dict[str, StageResult]) -> StageResult | None:
+    """The earlier stage whose model is this stage's model input `field`, when it was evaluated."""
+    ref = next((r for path, r, _ in stage.refs() if field is not None and path == field), None)
     up = upstream.get(ref.split(".")[0]) if ref else None
     return up if up is not None and any(is_eval(k) for k in up.metrics) else None
+
+
+def evaluated_input_stage(stage, upstream: dict[str, StageResult]) -> StageResult | None:
+    """The earlier stage whose model is this stage's input (EVAL_INPUT), when it was evaluated."""
+    return evaluated_upstream(stage, stage.EVAL_INPUT, upstream)
+
+
+def reused_evaluations(stage, upstream: dict[str, StageResult]) -> list[str]:
+    """The REFERENCE_EVALS fields an upstream stage already evaluated (on the same held-out set: the
+    recipe has one): the worker does not evaluate those models again, the flow reports the upstream's
+    greedy numbers (reference_metrics). qwen3 on demo evaluated general_rl's model three more times
+    (each distillation's teacher, and distill_off's model as distill_on's student)."""
+    return sorted(f for f in stage.REFERENCE_EVALS if evaluated_upstream(stage, f, upstream) is not None)
+
+
+def reference_metrics(stage, upstream: dict[str, StageResult]) -> dict[str, float]:
+    """`<label>/eval/...` for each reused evaluation: the upstream's greedy-pass metrics (its sweeps
+    are not what a reference model reports: stages.evaluate.reference_spec)."""
+    out: dict[str, float] = {}
+    for field in reused_evaluations(stage, upstream):
+        up = evaluated_upstream(stage, field, upstream)
+        out.update({f"{stage.REFERENCE_EVALS[field]}/{k}": v for k, v in up.metrics.items()
+                    if is_eval(k) and not k.startswith(SWEEP_PREFIXES)})
+    return out
 
 
 def baseline_plan(stage, eval_spec: dict | None, fingerprints: dict[str, str],
@@ -86,16 +111,18 @@ def change_metrics(after: dict | None, before: dict | None) -> dict[str, float]:
 
 def input_metrics(stage, result: StageResult, upstream: dict[str, StageResult]) -> dict[str, float]:
     """The input model's held-out metrics as `input/eval/...` (from the worker's baseline, or from the
-    upstream stage that produced the input model) and the paired change against it (`change/...`)."""
+    upstream stage that produced the input model), the paired change against it (`change/...`), and
+    the reference models' numbers an upstream evaluation serves (reference_metrics)."""
     if not any(is_eval(k) for k in result.metrics):
         return {}
+    references = reference_metrics(stage, upstream)
     up = evaluated_input_stage(stage, upstream)
     own = {k: v for k, v in result.metrics.items() if k.startswith(INPUT)}
     if not own and up is not None:
         own = {INPUT + k: v for k, v in up.metrics.items() if is_eval(k)}
     before = _scores(Path(result.output_dir) / INPUT_EVAL_SCORES) or (
         _scores(Path(up.output_dir) / EVAL_SCORES) if up is not None else None)
-    return {**own, **change_metrics(_scores(Path(result.output_dir) / EVAL_SCORES), before)}
+    return {**own, **change_metrics(_scores(Path(result.output_dir) / EVAL_SCORES), before), **references}
 
 
 def candidate_refusal(new_dir: Path, old_dir: Path | None) -> str | None:

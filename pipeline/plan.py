@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from data_curation.sources import source_fingerprint
-from pipeline.gates import baseline_plan
+from pipeline.gates import baseline_plan, reused_evaluations
 from pipeline.models.named import resolve_with_fingerprint
 from pipeline.recipe import ResolvedRecipe
 from pipeline.recipe_checks import deepspeed_config_path, is_evaluated
@@ -68,6 +68,9 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
     keyed = {**stage.model_dump(mode="json", exclude={"gate", "registry"}), "launcher": launch_key(stage.launcher)}
     key_material = {"kind": stage.kind, "config": keyed, "eval": eval_spec, "inputs": fingerprints,
                     "code": STAGE_KINDS[stage.kind].code_version()}
+    reused = reused_evaluations(stage, upstream) if eval_spec is not None else []
+    if reused:  # what the worker measures itself (absent: the key every stage had before)
+        key_material["reused_evals"] = reused
     key = hashlib.sha256(json.dumps(key_material, sort_keys=True).encode()).hexdigest()
     out = home() / "stages" / resolved.recipe.name / f"{stage.name}-{key[:16]}"
     if not (out / "result.json").exists():  # the same stage, published by another recipe (same key: same work)
@@ -76,7 +79,7 @@ def plan_stage(resolved: ResolvedRecipe, stage, upstream: dict[str, StageResult]
     return StagePlan(name=stage.name, kind=stage.kind, recipe=resolved.recipe.name, config=config, inputs=inputs,
                      fingerprints=fingerprints, eval=eval_spec, cache_key=key, output_dir=str(out),
                      deepspeed_config=ds, launcher=stage.launcher, lineage=lineage,
-                     baseline=baseline_plan(stage, eval_spec, fingerprints, upstream))
+                     baseline=baseline_plan(stage, eval_spec, fingerprints, upstream), reused_evals=reused)
 
 
 def _rows_digest(fingerprint: str, spec) -> str:

@@ -164,6 +164,9 @@ class StageBase(Strict):
     PAIRS_FIELDS: ClassVar[tuple[str, ...]] = ()  # data fields holding preference pairs, not schema rows
     GENERATES: ClassVar[bool] = True  # whether its model output can generate (reward models cannot)
     EVAL_INPUT: ClassVar[str | None] = None  # the model field this stage changes: its baseline for deltas and gates
+    # model fields whose greedy held-out numbers the stage reports, under a label (distillation:
+    # student -> before/, teacher -> teacher/); an upstream stage's evaluation of that model serves
+    REFERENCE_EVALS: ClassVar[dict[str, str]] = {}
 
     def semantic_errors(self) -> list[tuple[tuple, str]]:
         """Checks beyond field types, run at validation before anything starts: (path, message)."""

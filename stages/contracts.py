@@ -49,6 +49,8 @@ class StagePlan(Contract):
     launcher: LaunchSpec
     baseline: dict | None = Field(None, description="{input, path}: evaluate this input model, once per model "
                                   "and eval spec (cached at `path`), for deltas and gates")
+    reused_evals: list[str] = Field(default_factory=list, description="model fields (REFERENCE_EVALS) an upstream "
+                                    "stage evaluated: not evaluated again (pipeline.gates.reused_evaluations)")
     deepspeed_config: str | None = None
     lineage: dict[str, Lineage] = Field(default_factory=dict, description="per input, for MLflow")
 
@@ -63,12 +65,13 @@ class WorkerSpec(Contract):
     flow_pid: int | None = None
     mlflow_run_id: str | None = None
     baseline: dict | None = None
+    reused_evals: list[str] = Field(default_factory=list)
 
     @classmethod
     def from_plan(cls, plan: StagePlan, output_dir: str, flow_pid: int, mlflow_run_id: str | None) -> WorkerSpec:
         return cls(kind=plan.kind, stage=plan.config, inputs=plan.inputs, eval=plan.eval, output_dir=output_dir,
                    deepspeed_config=plan.deepspeed_config, flow_pid=flow_pid, mlflow_run_id=mlflow_run_id,
-                   baseline=plan.baseline)
+                   baseline=plan.baseline, reused_evals=plan.reused_evals)
 
 
 class StageOutput(Contract):

@@ -68,6 +68,7 @@ class DistillConfig(StageBase, TrainingKnobs):
     OUTPUTS: ClassVar[tuple[str, ...]] = ("model",)
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("student", "teacher")
     EVAL_INPUT: ClassVar[str | None] = "student"
+    REFERENCE_EVALS: ClassVar[dict[str, str]] = {"student": "before", "teacher": "teacher"}
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
 
 
@@ -191,10 +192,14 @@ def run(cfg: DistillConfig, ctx) -> StageOutput:
         # The student before is the plan's baseline: measured once, shared with the worker's input/ metrics.
         reference = reference_spec(spec)  # greedy numbers are what before/ and teacher/ report
         before_spec = EvalSpec.model_validate(ctx.spec.baseline["eval"]) if ctx.spec.baseline else reference
-        before = evaluate_once(student_dir, before_spec, eval_rows, cfg.trust_remote_code, baseline_cache(ctx)).metrics
-        teacher = evaluate(teacher_dir, reference, eval_rows, cfg.trust_remote_code).metrics
-        for label, found in (("before", before), ("teacher", teacher)):
-            metrics.update({f"{label}/{k}": v for k, v in found.items() if k.startswith("eval/")})
+        # a model an upstream stage evaluated is not evaluated again: the flow reports its numbers
+        # (pipeline.gates.reference_metrics)
+        for field, model_dir in (("student", student_dir), ("teacher", teacher_dir)):
+            if field in ctx.spec.reused_evals:
+                continue
+            found = (evaluate_once(model_dir, before_spec, eval_rows, cfg.trust_remote_code, baseline_cache(ctx))
+                     if field == "student" else evaluate(model_dir, reference, eval_rows, cfg.trust_remote_code))
+            metrics.update({f"{cfg.REFERENCE_EVALS[field]}/{k}": v for k, v in found.metrics.items() if k.startswith("eval/")})
         if probe:
             metrics["distill/kl_before"] = kl_before
             metrics["distill/kl_after"] = kl_to_teacher(str(ctx.output_dir / "model"), teacher_dir, probe)

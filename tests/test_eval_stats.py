@@ -227,3 +227,29 @@ def test_a_baseline_is_keyed_by_the_passes_it_runs():
     gated = baseline_plan(fusion.model_copy(update={"gate": GateSpec(metric="eval/mode/think/accuracy")}),
                           eval_spec, fingerprints, {})
     assert gated["eval"]["modes"] == eval_spec["modes"] and gated["path"] != greedy["path"]
+
+
+def test_a_distillation_reuses_the_upstream_evaluations_of_its_student_and_teacher():
+    """qwen3's distill_on: its teacher (general_rl's model) and its student (distill_off's model)
+    were evaluated by the stages that made them; the worker does not evaluate them again, and the
+    stage still reports before/ and teacher/ numbers, the upstream's greedy ones (not its sweeps)."""
+    from pipeline.gates import reference_metrics, reused_evaluations
+    from pipeline.recipe import load_recipe
+    from stages.contracts import StageResult
+
+    stages = {s.name: s for s in load_recipe("qwen3", "tiny").recipe.stages}
+
+    def result(name: str, metrics: dict) -> StageResult:
+        return StageResult(name=name, kind="x", cache_key="k", output_dir="/nowhere", mlflow_run_id=None,
+                           outputs={"model": "model"}, metrics=metrics, fingerprints={"model": name})
+
+    upstream = {"general_rl": result("general_rl", {"eval/accuracy": 0.3, "eval/mode/think/accuracy": 0.21}),
+                "distill_off": result("distill_off", {"eval/accuracy": 0.0, "train/loss": 1.0})}
+    assert reused_evaluations(stages["distill_on"], upstream) == ["student", "teacher"]
+    assert reference_metrics(stages["distill_on"], upstream) == {"before/eval/accuracy": 0.0, "teacher/eval/accuracy": 0.3}
+    # distill_off's student is the profile's student model, not a stage's: it is evaluated as before
+    assert reused_evaluations(stages["distill_off"], upstream) == ["teacher"]
+    # an upstream stage that was not evaluated serves nothing
+    upstream["general_rl"] = result("general_rl", {"train/loss": 1.0})
+    assert reused_evaluations(stages["distill_on"], upstream) == ["student"]
+    assert reused_evaluations(stages["fusion"], upstream) == []  # not a kind that reports reference models
