@@ -18,6 +18,7 @@ Two things this engine does differently from HF, both measured (benchmarks/RESUL
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -35,10 +36,12 @@ KEPT_CONVERSIONS = 4
 PAD_ID = -1
 MAX_ROWS = 32  # the generator refuses larger batches ("batch_size (64) must be in [1, 32]")
 _CACHE: list[Path] = []
+_TEMP_ROOT: list[Path] = []
 
 
 def keep_conversions_in(directory: Path | None) -> None:
-    """Where converted models are kept across processes; unset, each process converts into a temp dir."""
+    """Where converted models are kept across processes; unset, each process converts into a temp
+    dir of its own, removed at exit."""
     _CACHE[:] = [Path(directory)] if directory else []
 
 
@@ -56,7 +59,7 @@ def converted(model_dir: str, precision: str) -> Path:
     converting at once both end with a whole one)."""
     import onnxruntime_genai as og
 
-    root = _CACHE[0] if _CACHE else Path(tempfile.mkdtemp(prefix="posttrain-ort-"))
+    root = _CACHE[0] if _CACHE else _process_temp_root()
     key = hashlib.sha256(f"{dir_fingerprint(Path(model_dir))}|{og.__version__}|{precision}".encode()).hexdigest()[:20]
     final = root / key
     if (final / "genai_config.json").exists():
@@ -80,6 +83,15 @@ def converted(model_dir: str, precision: str) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
     _prune(root, keep=final)
     return final
+
+
+def _process_temp_root() -> Path:
+    """Without a home's cache (a script that never configured one), one temp folder for this process,
+    removed when it exits: a conversion is the model's size, too big to leave behind per call."""
+    if not _TEMP_ROOT:
+        _TEMP_ROOT.append(Path(tempfile.mkdtemp(prefix="posttrain-ort-")))
+        atexit.register(shutil.rmtree, _TEMP_ROOT[0], True)
+    return _TEMP_ROOT[0]
 
 
 def _prune(root: Path, keep: Path, kept: int = KEPT_CONVERSIONS) -> None:
