@@ -1,0 +1,59 @@
+"""Where a fused model ignores /think or /no_think: mode compliance and accuracy by difficulty level,
+on TRAINING-split `synthetic_math` prompts (a diagnosis must not read the held-out set).
+
+    .venv/bin/python benchmarks/mode_compliance.py MODEL_DIR [--n 200] [--seed 99] [--max-new-tokens 160]
+
+Prints, per mode and level, the share of greedy completions that follow the flag
+(toolkit.core.thinking.complies: an empty think block for no_think, one opened block with thinking in
+it for think) with its 95% interval, and the accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from data_curation.sources import load_rows
+from pipeline.store.home import configure_environment
+from toolkit.core.stats import rate_interval
+from toolkit.core.thinking import complies, flag_messages
+from toolkit.rewards.verifiers import score_rows
+from toolkit.rollouts import SamplingSpec, open_engine
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=99)
+    ap.add_argument("--max-new-tokens", type=int, default=160)
+    args = ap.parse_args()
+    configure_environment()
+    rows = load_rows("synthetic_math", "train", args.n, args.seed, {})
+    engine = open_engine(args.model)
+    print(f"{args.model}: {len(rows)} training-split prompts (seed {args.seed}), greedy, {args.max_new_tokens} tokens, "
+          f"{engine.describe()}")
+    print(f"{'mode':9s} {'level':>5s} {'n':>4s}  {'compliance [95%]':24s} accuracy")
+    for mode in ("think", "no_think"):
+        texts = [c[0] for c in engine.texts([flag_messages(r["prompt"], mode) for r in rows],
+                                             SamplingSpec(max_new_tokens=args.max_new_tokens, batch_size=32))]
+        scores = score_rows(rows, texts, after_think=True)
+        by_level: dict[str, list[int]] = defaultdict(list)
+        for i, r in enumerate(rows):
+            by_level[str(r.get("difficulty"))].append(i)
+        for level in [*sorted(by_level), "all"]:
+            idx = by_level[level] if level != "all" else list(range(len(rows)))
+            c = rate_interval([float(complies(texts[i], mode)) for i in idx])
+            acc = sum(scores[i] or 0 for i in idx) / len(idx)
+            print(f"{mode:9s} {level:>5s} {len(idx):4d}  {c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]{'':6s} {acc:.3f}")
+        failing = [texts[i] for i in range(len(rows)) if not complies(texts[i], mode)][:2]
+        for t in failing:
+            print(f"  not complying ({mode}): {t[:160]!r}")
+
+
+if __name__ == "__main__":
+    main()
