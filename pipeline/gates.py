@@ -58,8 +58,8 @@ def evaluated_input_stage(stage, upstream: dict[str, StageResult]) -> StageResul
 def reused_evaluations(stage, upstream: dict[str, StageResult]) -> list[str]:
     """The REFERENCE_EVALS fields an upstream stage already evaluated (on the same held-out set: the
     recipe has one): the worker does not evaluate those models again, the flow reports the upstream's
-    greedy numbers (reference_metrics). qwen3 on demo evaluated general_rl's model three more times
-    (each distillation's teacher, and distill_off's model as distill_on's student)."""
+    greedy numbers (reference_metrics). qwen3 on demo evaluated three models again: general_rl's,
+    as each distillation's teacher, and distill_off's, as distill_on's student."""
     return sorted(f for f in stage.REFERENCE_EVALS if evaluated_upstream(stage, f, upstream) is not None)
 
 
