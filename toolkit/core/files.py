@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +26,26 @@ def write_json_atomic(path: Path, data) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def publish_dir(final: Path, marker: str, build) -> Path:
+    """`final`, made by `build(path)` into a temp folder beside it and renamed into place, unless it is
+    there already (`final / marker` exists). Two processes building at once both end with a whole one;
+    a failed build leaves nothing behind."""
+    if (final / marker).exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        build(tmp / "out")
+        try:
+            (tmp / "out").rename(final)
+        except OSError:  # another process published it first
+            if not (final / marker).exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

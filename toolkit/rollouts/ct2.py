@@ -14,11 +14,10 @@ one (benchmarks/RESULTS.md); int8 changes them, which is why it is a visible set
 from __future__ import annotations
 
 import hashlib
-import shutil
 import tempfile
 from pathlib import Path
 
-from toolkit.core.files import dir_fingerprint
+from toolkit.core.files import dir_fingerprint, publish_dir
 from toolkit.core.loading import whole_model
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
@@ -47,22 +46,12 @@ def converted(model_dir: str, trust_remote_code: bool = False) -> Path:
 
     root = _CACHE[0] if _CACHE else Path(tempfile.mkdtemp(prefix="posttrain-ct2-"))
     key = hashlib.sha256(f"{dir_fingerprint(Path(model_dir))}|{ctranslate2.__version__}".encode()).hexdigest()[:20]
-    final = root / key
-    if (final / "model.bin").exists():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-    try:
+
+    def build(out: Path) -> None:
         with whole_model():  # the converter loads the HF model: on this rank alone, even inside a ZeRO-3 run
-            TransformersConverter(model_dir, trust_remote_code=trust_remote_code).convert(str(tmp / "model"), force=True)
-        try:
-            (tmp / "model").rename(final)
-        except OSError:  # another process published it first
-            if not (final / "model.bin").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+            TransformersConverter(model_dir, trust_remote_code=trust_remote_code).convert(str(out), force=True)
+
+    return publish_dir(root / key, "model.bin", build)
 
 
 def load_ct2(model_dir: str, precision: str, threads: int, trust_remote_code: bool = False):

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from toolkit.core.files import dir_fingerprint
+from toolkit.core.files import dir_fingerprint, publish_dir
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
 BUILDER_PRECISIONS = {"float32": ["-p", "fp32"], "int4": ["-p", "int4", "--extra_options", "int4_accuracy_level=4"]}
@@ -37,6 +37,7 @@ PAD_ID = -1
 MAX_ROWS = 32  # the generator refuses larger batches ("batch_size (64) must be in [1, 32]")
 _CACHE: list[Path] = []
 _TEMP_ROOT: list[Path] = []
+_FAILED: dict[str, str] = {}  # conversion key -> why the builder failed, in this process
 
 
 def keep_conversions_in(directory: Path | None) -> None:
@@ -55,32 +56,28 @@ def ort_unavailable() -> str | None:
 
 def converted(model_dir: str, precision: str) -> Path:
     """The model's ONNX conversion at `precision`, made once by the package's model builder (in a
-    child process: it loads the HF model whole; a temp folder renamed into place, so two processes
-    converting at once both end with a whole one)."""
+    child process, which loads the HF model whole) and published with publish_dir. A model it cannot
+    convert fails once per process: `auto` then falls back to HF without paying for the try again."""
     import onnxruntime_genai as og
 
     root = _CACHE[0] if _CACHE else _process_temp_root()
     key = hashlib.sha256(f"{dir_fingerprint(Path(model_dir))}|{og.__version__}|{precision}".encode()).hexdigest()[:20]
-    final = root / key
-    if (final / "genai_config.json").exists():
-        os.utime(final)  # recently used: kept by the pruning below
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-    try:
-        done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", model_dir,
-                               "-o", str(tmp / "model"), "-e", "cpu", "-c", str(tmp / "cache"),
-                               *BUILDER_PRECISIONS[precision]], capture_output=True, text=True)
-        if done.returncode or not (tmp / "model" / "genai_config.json").exists():
-            raise ValueError(f"the ONNX Runtime GenAI builder could not convert {model_dir}: "
-                             f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
-        try:
-            (tmp / "model").rename(final)
-        except OSError:  # another process published it first
-            if not (final / "genai_config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if key in _FAILED:  # the builder does not know this model: say so again without a second try
+        raise ValueError(_FAILED[key])
+    if (root / key / "genai_config.json").exists():
+        os.utime(root / key)  # recently used: kept by the pruning below
+        return root / key
+
+    def build(out: Path) -> None:
+        done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", model_dir, "-o", str(out),
+                               "-e", "cpu", "-c", str(out.parent / "cache"), *BUILDER_PRECISIONS[precision]],
+                              capture_output=True, text=True)
+        if done.returncode or not (out / "genai_config.json").exists():
+            _FAILED[key] = (f"the ONNX Runtime GenAI builder could not convert {model_dir}: "
+                            f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+            raise ValueError(_FAILED[key])
+
+    final = publish_dir(root / key, "genai_config.json", build)
     _prune(root, keep=final)
     return final
 
