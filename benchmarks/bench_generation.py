@@ -192,7 +192,7 @@ def grpo_refresh(model_dir: str, prompts: list, args) -> None:
     hf_s, _ = timed(open_engine(model_dir, "hf", "float32"), chosen, spec)
     print(f"\nGRPO step generation (16 x 128 tokens, sampled): HF float32 {hf_s:.1f} s")
     model, tokenizer = load_for_generation(model_dir)
-    for engine, precision, convert in (("ct2", "int8", lambda d: ct2.converted(d)),
+    for engine, precision, convert in (("ct2", "int8", ct2.converted),
                                        ("ort", "float32", lambda d: ort.converted(d, "float32"))):
         gen_s, _ = timed(open_engine(model_dir, engine, precision), chosen, spec)
         scratch = Path(tempfile.mkdtemp(prefix="bench-refresh-"))

@@ -38,15 +38,15 @@ def main() -> None:
     print(f"{args.model}: {len(rows)} training-split prompts (seed {args.seed}), greedy, {args.max_new_tokens} tokens, "
           f"{engine.describe()}")
     print(f"{'mode':9s} {'level':>5s} {'n':>4s}  {'compliance [95%]':24s} accuracy")
+    by_level: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        by_level[str(r.get("difficulty"))].append(i)
+    by_level = {**dict(sorted(by_level.items())), "all": list(range(len(rows)))}
     for mode in ("think", "no_think"):
         texts = [c[0] for c in engine.texts([flag_messages(r["prompt"], mode) for r in rows],
                                              SamplingSpec(max_new_tokens=args.max_new_tokens, batch_size=32))]
         scores = score_rows(rows, texts, after_think=True)
-        by_level: dict[str, list[int]] = defaultdict(list)
-        for i, r in enumerate(rows):
-            by_level[str(r.get("difficulty"))].append(i)
-        for level in [*sorted(by_level), "all"]:
-            idx = by_level[level] if level != "all" else list(range(len(rows)))
+        for level, idx in by_level.items():
             c = rate_interval([float(complies(texts[i], mode)) for i in idx])
             acc = sum(scores[i] or 0 for i in idx) / len(idx)
             print(f"{mode:9s} {level:>5s} {len(idx):4d}  {c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]{'':6s} {acc:.3f}")

@@ -67,10 +67,9 @@ def reference_metrics(stage, upstream: dict[str, StageResult]) -> dict[str, floa
     """`<label>/eval/...` for each reused evaluation: the upstream's greedy-pass metrics (its sweeps
     are not what a reference model reports: stages.evaluate.reference_spec)."""
     out: dict[str, float] = {}
-    for field in reused_evaluations(stage, upstream):
-        up = evaluated_upstream(stage, field, upstream)
-        out.update({f"{stage.REFERENCE_EVALS[field]}/{k}": v for k, v in up.metrics.items()
-                    if is_eval(k) and not k.startswith(SWEEP_PREFIXES)})
+    for field, label in stage.REFERENCE_EVALS.items():
+        if (up := evaluated_upstream(stage, field, upstream)) is not None:
+            out.update({f"{label}/{k}": v for k, v in up.metrics.items() if is_eval(k) and not k.startswith(SWEEP_PREFIXES)})
     return out
 
 

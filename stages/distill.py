@@ -194,12 +194,13 @@ def run(cfg: DistillConfig, ctx) -> StageOutput:
         before_spec = EvalSpec.model_validate(ctx.spec.baseline["eval"]) if ctx.spec.baseline else reference
         # a model an upstream stage evaluated is not evaluated again: the flow reports its numbers
         # (pipeline.gates.reference_metrics)
-        for field, model_dir in (("student", student_dir), ("teacher", teacher_dir)):
-            if field in ctx.spec.reused_evals:
-                continue
-            found = (evaluate_once(model_dir, before_spec, eval_rows, cfg.trust_remote_code, baseline_cache(ctx))
-                     if field == "student" else evaluate(model_dir, reference, eval_rows, cfg.trust_remote_code))
-            metrics.update({f"{cfg.REFERENCE_EVALS[field]}/{k}": v for k, v in found.metrics.items() if k.startswith("eval/")})
+        found = {}
+        if "student" not in ctx.spec.reused_evals:
+            found["before"] = evaluate_once(student_dir, before_spec, eval_rows, cfg.trust_remote_code, baseline_cache(ctx))
+        if "teacher" not in ctx.spec.reused_evals:
+            found["teacher"] = evaluate(teacher_dir, reference, eval_rows, cfg.trust_remote_code)
+        for label, evaluation in found.items():
+            metrics.update({f"{label}/{k}": v for k, v in evaluation.metrics.items() if k.startswith("eval/")})
         if probe:
             metrics["distill/kl_before"] = kl_before
             metrics["distill/kl_after"] = kl_to_teacher(str(ctx.output_dir / "model"), teacher_dir, probe)
