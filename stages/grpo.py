@@ -35,6 +35,7 @@ from toolkit.rewards import check_reward_specs, get_reward, reward_counter_metri
 from toolkit.rewards.earnable import unearnable
 from toolkit.rewards.verifiers import VERIFIER_REWARDS
 from toolkit.rollouts import load_tokenizer, vllm_unavailable
+from toolkit.rollouts.ort import ort_unavailable
 
 LossVariant = Literal["grpo", "dr_grpo", "dapo", "kimi_mirror_descent"]
 PAPER_DEFAULTS = {  # beta, clip_high (None = clip_low), dynamic sampling, mask truncated, std scaling
@@ -74,7 +75,9 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
     success_reward: str | None = Field(None, description="reward whose value is a prompt's success (prioritized "
                                        "sampling, accuracy metric); None = the first reward")
     template: str = Field("chat", description="prompt template (toolkit.core.templates)")
-    rollout: Literal["hf", "vllm_colocate", "vllm_server"] = "hf"
+    rollout: Literal["hf", "ort", "vllm_colocate", "vllm_server"] = Field(
+        "hf", description="who samples the rollouts: TRL's HF generate; ONNX Runtime GenAI on CPU with the policy's "
+        "weights written into its graph every step (stages.ort_rollouts); TRL's vLLM modes on GPU")
     learning_rate: float = Field(1e-6, gt=0)
     lr_scheduler: str = "constant"
     per_device_batch_size: int = Field(8, ge=1, description="completions per device per micro-step")
@@ -132,7 +135,12 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
         if self.rollout == "vllm_server" and self.launcher.rollout_server is None:
             errors.append((("launcher", "rollout_server"), "rollout: vllm_server needs launcher.rollout_server "
                            "(its GPUs and port; the launcher starts `trl vllm-serve` there)"))
-        if self.rollout != "hf":
+        if self.rollout == "ort":
+            errors += [(("rollout",), msg) for msg in [ort_unavailable()] if msg]
+            if self.lora is not None or (self.launcher.mode == "deepspeed" and "zero3" in self.launcher.deepspeed_config):
+                errors.append((("rollout",), "rollout: ort writes the whole policy into its graph every step: not "
+                               "with LoRA adapters or ZeRO-3's sharded weights; use rollout: hf"))
+        elif self.rollout != "hf":
             errors += [(("rollout",), msg) for msg in vllm_unavailable()]
             if self.loss == "kimi_mirror_descent":
                 errors.append((("loss",), "kimi_mirror_descent does not apply TRL's vLLM importance-sampling "
@@ -190,7 +198,7 @@ def stage_reward(spec: RewardSpec, stage_max_length: int | None = None) -> Stage
 def trl_config(cfg: GRPOConfig, ctx):
     from trl import GRPOConfig as TRLGRPOConfig
 
-    vllm = {} if cfg.rollout == "hf" else {"use_vllm": True, "vllm_mode": cfg.rollout.removeprefix("vllm_")}
+    vllm = {} if cfg.rollout in ("hf", "ort") else {"use_vllm": True, "vllm_mode": cfg.rollout.removeprefix("vllm_")}
     if server := cfg.launcher.rollout_server:  # started by the launcher (pipeline.launch.rollout_server)
         vllm.update(vllm_server_host=server.host, vllm_server_port=server.port,
                     vllm_server_timeout=float(server.startup_timeout_s))
@@ -219,6 +227,8 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
     from datasets import Dataset
 
     from stages.grpo_trainer import SAMPLER_STATE, PosttrainGRPOTrainer, RLOptions
+    from stages.ort_rollouts import OrtRollouts
+    from toolkit.rollouts import thread_budget
 
     model_dir = ctx.input("model")
     tokenizer = load_tokenizer(model_dir, cfg.trust_remote_code)
@@ -233,13 +243,19 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
                    max_rounds=cfg.dynamic_sampling_max_rounds, dynamic_sampling_by=cfg.effective("dynamic_sampling_by"))
     rewards = [stage_reward(with_resolved_models(r, j, ctx), cfg.max_completion_length)
                for j, r in enumerate(cfg.rewards)]
+    rollout_func = None if cfg.rollout != "ort" else OrtRollouts(
+        model_dir, tokenizer, cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed, thread_budget())
     trainer = PosttrainGRPOTrainer(model=model_dir, args=trl_config(cfg, ctx), train_dataset=dataset,
-                                   reward_funcs=rewards, processing_class=tokenizer,
+                                   reward_funcs=rewards, processing_class=tokenizer, rollout_func=rollout_func,
                                    peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks], rl=rl)
     resume = last_checkpoint(ctx)
     if resume and (Path(resume) / SAMPLER_STATE).exists():
         sampler.load_state_dict(json.loads((Path(resume) / SAMPLER_STATE).read_text()))
-    trainer.train(resume_from_checkpoint=resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        if rollout_func:
+            rollout_func.close()
     save_model(trainer, tokenizer, ctx)
     metrics = {**train_metrics(trainer, resume), "train/prompts": float(len(rows)),
                **curve_metrics(trainer.state.log_history), **reward_counter_metrics(rewards, "train/")}

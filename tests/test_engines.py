@@ -115,3 +115,60 @@ def test_ort_keeps_the_four_most_recently_used_conversions(tmp_path):
     (tmp_path / ".x.partial").mkdir()  # another process's conversion in progress
     _prune(tmp_path, keep=tmp_path / "a")  # "a" was just made or used
     assert sorted(p.name for p in tmp_path.iterdir()) == [".x.partial", "a", "c", "d", "e"]
+
+
+def _last_logits(og_model, ids: list[int]):
+    import numpy as np
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(og_model)
+    params.set_search_options(max_length=len(ids) + 1)
+    generator = og.Generator(og_model, params)
+    generator.append_tokens(np.array([ids], dtype=np.int32))
+    return generator.get_output("logits")[0, -1]
+
+
+def test_ort_takes_a_policys_new_weights_in_place_and_gives_its_logits(tiny_model, prompts, tmp_path):
+    """GRPO's `rollout: ort`: the trainer's weights written into the built graph's data file (no
+    rebuild) give the logits HF gives for the same weights, and not the old weights' logits."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolkit.rollouts.ort_weights import WritableConversion
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+           for p in prompts[:4]]
+    policy = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
+    conversion = WritableConversion(str(tiny_model), policy.state_dict(), policy.config.num_hidden_layers, tmp_path, 1)
+    before = [_last_logits(conversion.load(), row) for row in ids]
+    noise = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn(p.shape, generator=noise) * 0.1)
+    updated = conversion.load(policy.state_dict())
+    for row, old in zip(ids, before):
+        new = _last_logits(updated, row)
+        with torch.no_grad():
+            hf = policy(torch.tensor([row])).logits[0, -1].numpy()
+        np.testing.assert_allclose(new, hf, atol=1e-4)
+        assert np.abs(new - old).max() > 1e-2
+
+
+def test_ort_refuses_weights_laid_out_other_than_its_graph(tiny_model, tmp_path):
+    """The in-place layout is checked against the builder's own output before any step: a weight that
+    maps to other bytes (here: a norm changed after the conversion was built) is named."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from toolkit.rollouts.ort_weights import WritableConversion
+
+    policy = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
+    weights = {k: v.clone() for k, v in policy.state_dict().items()}
+    weights["model.norm.weight"] += 1
+    with pytest.raises(ValueError, match="different bytes: \\['model.layers.2.final_norm_layernorm.weight'\\]"):
+        WritableConversion(str(tiny_model), weights, policy.config.num_hidden_layers, tmp_path, 1)
+    del weights["model.layers.0.self_attn.q_norm.weight"]
+    with pytest.raises(ValueError, match="not mapped: \\['model.layers.0.attn.q_norm.layernorm.weight'\\]"):
+        WritableConversion(str(tiny_model), weights, policy.config.num_hidden_layers, tmp_path, 1)

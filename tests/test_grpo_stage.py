@@ -91,6 +91,49 @@ def test_prioritized_sampler_resumes_its_schedule_from_a_checkpoint(tiny_model, 
     assert a == b  # same draws, same success table, same RNG position as the run that never stopped
 
 
+def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path):
+    """`rollout: ort` through TRL's rollout_func: every step's rollouts come after a refresh of the
+    graph's weights, and a rollout after training decodes with the trained weights (the logits HF
+    gives for them), not the starting ones."""
+    import numpy as np
+    import torch
+    from datasets import Dataset
+
+    from stages.grpo import trl_config
+    from stages.grpo_trainer import PosttrainGRPOTrainer, RLOptions
+    from stages.ort_rollouts import OrtRollouts
+    from stages.prompt_sampler import PromptSampler
+    from stages.runtime import StageContext
+    from tests.test_engines import _last_logits
+
+    cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", rewards=[{"name": "format_think"}], rollout="ort",
+                     num_generations=2, per_device_batch_size=4, max_completion_length=8, max_steps=2,
+                     learning_rate=1e-2, save_steps=100, evaluate=False)
+    rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "_index": i} for i in range(8)]
+    rollout = OrtRollouts(str(tiny_model), None, 1.0, 1.0, 8, 0, 1)
+    rl = RLOptions(sampler=PromptSampler("random", 8), success_reward=0)
+    trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, StageContext.local(tmp_path)),
+                                   train_dataset=Dataset.from_list(rows), reward_funcs=[_varied_unless_easy], rl=rl,
+                                   rollout_func=rollout)
+    try:
+        trainer.train()
+        refreshes = [h["rollout/refresh_s"] for h in trainer.state.log_history if "rollout/refresh_s" in h]
+        assert len(refreshes) == 2 and all(r > 0 for r in refreshes)
+        out = rollout([rows[0]["prompt"]] * 2, trainer)  # step 2 now: the trained weights go in first
+        assert len(out["completion_ids"]) == 2 and all(1 <= len(c) <= 8 for c in out["completion_ids"])
+        ids = out["prompt_ids"][0]
+        with torch.no_grad():
+            hf = trainer.model(torch.tensor([ids])).logits[0, -1].numpy()
+        assert rollout.step == 2
+        np.testing.assert_allclose(_last_logits(rollout.model, ids), hf, atol=1e-4)
+        from transformers import AutoModelForCausalLM
+        with torch.no_grad():
+            start = AutoModelForCausalLM.from_pretrained(str(tiny_model))(torch.tensor([ids])).logits[0, -1].numpy()
+        assert np.abs(hf - start).max() > 1e-2  # training moved the policy, so the check above could fail
+    finally:
+        rollout.close()
+
+
 @pytest.mark.parametrize("override,where,message", [
     ("stages.zero_rl.success_reward=nope", "stages[0].success_reward", "not one of this stage's rewards"),
     ("stages.zero_rl.rollout=vllm_colocate", "stages[0].rollout", "vLLM"),
@@ -98,9 +141,11 @@ def test_prioritized_sampler_resumes_its_schedule_from_a_checkpoint(tiny_model, 
     ("stages.zero_rl.num_generations=3", "stages[0]", "multiple of num_generations"),
     ("stages.zero_rl.rewards=[{name: accuracy_mth}]", "stages[0].rewards[0].name", "unknown reward"),
     ("stages.zero_rl.ref_reset_steps=5", "stages[0]", "needs beta > 0"),
+    ("stages.zero_rl.rollout=ort", "stages[0].rollout", "not with LoRA adapters or ZeRO-3"),
 ])
 def test_bad_rl_config_is_refused_with_its_path(override, where, message):
-    sets = [override] + (["stages.zero_rl.beta=0"] if "ref_reset" in override else [])
+    sets = [override] + (["stages.zero_rl.beta=0"] if "ref_reset" in override else []) + (
+        ["stages.zero_rl.lora={r: 8}"] if "ort" in override else [])
     with pytest.raises(RecipeError) as e:
         load_recipe("r1_zero", "tiny", sets)
     assert where in str(e.value) and message in str(e.value)

@@ -1,0 +1,85 @@
+"""GRPO step time with TRL's own rollouts (HF generate) against ONNX Runtime GenAI rollouts with the
+policy's weights written into its graph every step (`rollout: ort`; issue: fast generation).
+
+One grpo stage as the demo's RL stages run it (G = 8, 16 completions per step, `--tokens` new
+tokens, accuracy and format rewards, synthetic_math levels 1-3), run twice in one fresh home from
+the same model, once per rollout engine, one after the other. Printed per engine, from the stage's
+MLflow run: seconds per step (TRL's `step_time`, mean over the steps after the first), of which
+rollouts (`rollout/seconds`: generation, the weight refresh and reward scoring) and the refresh alone
+(`rollout/refresh_s`), the mean reward and completion length over all steps, and the ratio of step
+times against HF in the same run. The two engines draw from different random streams, so rewards
+agree only in distribution.
+
+    .venv/bin/python benchmarks/bench_grpo_rollouts.py [--model smollm2-135m-instruct] [--steps 6] [--tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from recipe_runs import fresh_home, run_recipe, table_header, table_row
+
+RECIPE = """name: grpo_rollouts
+description: one grpo stage, sized by bench_grpo_rollouts.py
+stages:
+  - name: rl
+    kind: grpo
+    model: {model}
+    evaluate: false
+    data: {{source: synthetic_math, n: 256, seed: 3, params: {{difficulties: [1, 2, 3]}}}}
+    rewards: [{{name: accuracy_math}}, {{name: format_think}}]
+    num_generations: 8
+    per_device_batch_size: 16
+    max_completion_length: {tokens}
+    learning_rate: 1.0e-6
+    max_steps: {steps}
+    save_steps: 1000
+"""
+
+
+def latest_histories(home: Path) -> dict[str, list[float]]:
+    """Per-step metrics of the latest finished `rl` stage run in the home's MLflow store."""
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("posttrain/grpo_rollouts")
+    run = client.search_runs(experiment.experiment_id, "tags.`posttrain.stage` = 'rl' and attributes.status = 'FINISHED'",
+                             order_by=["attributes.start_time DESC"], max_results=1)[0]
+    keys = ("step_time", "rollout/seconds", "rollout/refresh_s", "reward", "completions/mean_length")
+    return {k: [m.value for m in sorted(client.get_metric_history(run.info.run_id, k), key=lambda m: m.step)]
+            for k in keys}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="named model or directory")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--tokens", type=int, default=128)
+    args = ap.parse_args()
+
+    home, env = fresh_home("bench-grpo-rollouts-")
+    recipe = home / "grpo_rollouts.yaml"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text(RECIPE.format(model=args.model, tokens=args.tokens, steps=args.steps))
+    rows, base = [], None
+    for rollout in ("hf", "ort"):
+        run_recipe(str(recipe), env, "--set", f"stages.rl.rollout={rollout}")
+        h = latest_histories(home)
+        step = statistics.mean(h["step_time"][1:] or h["step_time"])  # the first step loads and converts
+        base = base or step
+        rows.append(table_row(rollout, f"{step:.1f}", f"{statistics.mean(h['rollout/seconds'][1:] or h['rollout/seconds']):.1f}",
+                              f"{statistics.mean(h['rollout/refresh_s'][1:]):.2f}" if len(h["rollout/refresh_s"]) > 1 else "",
+                              f"{statistics.mean(h['reward']):.3f}", f"{statistics.mean(h['completions/mean_length']):.1f}",
+                              f"{step / base:.2f}"))
+    print(f"model {args.model}; {args.steps} steps of 16 completions (G = 8), at most {args.tokens} new tokens; home {home}")
+    print(table_header("rollouts", "s per step", "of which rollouts", "of which weight refresh", "mean reward",
+                       "mean length", "step time vs HF"))
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
