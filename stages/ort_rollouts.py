@@ -47,12 +47,9 @@ class OrtRollouts:
         weights = policy.state_dict()
         started = time.perf_counter()
         self.model = self.sample = None  # drop the old graph before its file is rewritten
-        if self.conversion is None:  # the starting weights, checked against the builder's own layout
-            self.conversion = WritableConversion(self.model_dir, weights, policy.config.num_hidden_layers,
-                                                 self.workdir, self.threads)
-            self.model = self.conversion.load()
-        else:
-            self.model = self.conversion.load(weights)
+        if self.conversion is None:  # built from model_dir; its layout checked against model_dir's weights
+            self.conversion = WritableConversion(self.model_dir, self.workdir, self.threads)
+        self.model = self.conversion.load(weights)  # written every time: a resumed trainer's start is not model_dir
         self.sample = ort_sampler(self.model, self.tokenizer or trainer.processing_class)
         self.step = trainer.state.global_step
         trainer._metrics["train"]["rollout/refresh_s"].append(time.perf_counter() - started)

@@ -141,7 +141,7 @@ def test_ort_takes_a_policys_new_weights_in_place_and_gives_its_logits(tiny_mode
     ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
            for p in prompts[:4]]
     policy = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
-    conversion = WritableConversion(str(tiny_model), policy.state_dict(), policy.config.num_hidden_layers, tmp_path, 1)
+    conversion = WritableConversion(str(tiny_model), tmp_path, 1)
     before = [_last_logits(conversion.load(), row) for row in ids]
     noise = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -168,7 +168,7 @@ def test_ort_refuses_weights_laid_out_other_than_its_graph(tiny_model, tmp_path)
     weights = {k: v.clone() for k, v in policy.state_dict().items()}
     weights["model.norm.weight"] += 1
     with pytest.raises(ValueError, match="different bytes: \\['model.layers.2.final_norm_layernorm.weight'\\]"):
-        WritableConversion(str(tiny_model), weights, policy.config.num_hidden_layers, tmp_path, 1)
+        WritableConversion(str(tiny_model), tmp_path, 1, starting=weights)
     del weights["model.layers.0.self_attn.q_norm.weight"]
     with pytest.raises(ValueError, match="not mapped: \\['model.layers.0.attn.q_norm.layernorm.weight'\\]"):
-        WritableConversion(str(tiny_model), weights, policy.config.num_hidden_layers, tmp_path, 1)
+        WritableConversion(str(tiny_model), tmp_path, 1, starting=weights)

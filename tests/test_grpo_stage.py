@@ -115,6 +115,8 @@ def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path):
     trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, StageContext.local(tmp_path)),
                                    train_dataset=Dataset.from_list(rows), reward_funcs=[_varied_unless_easy], rl=rl,
                                    rollout_func=rollout)
+    with torch.no_grad():  # as a trainer resumed from a checkpoint: its weights are not model_dir's
+        next(trainer.model.parameters()).mul_(1.5)
     try:
         trainer.train()
         refreshes = [h["rollout/refresh_s"] for h in trainer.state.log_history if "rollout/refresh_s" in h]

@@ -10,8 +10,9 @@ text (`vllm.py`). Completions are
 decoded with special tokens kept (so <think> tags survive in tokenizers where they are special) and
 then cut at the end-of-turn token.
 
-GRPO's rollouts are TRL's own (HF generate inside the trainer, or TRL's vLLM modes on GPU): see
-benchmarks/RESULTS.md, fast generation, for what a weight refresh into another engine costs.
+GRPO's rollouts are TRL's own (HF generate in the trainer, TRL's vLLM modes on GPU) or ONNX Runtime
+GenAI's through TRL's `rollout_func` with the policy's weights written into the graph each step
+(`ort_weights.py`, used by stages/ort_rollouts.py).
 """
 
 from toolkit.rollouts.engines import (

@@ -68,21 +68,34 @@ def builder_tensors(state_dict: dict, num_layers: int) -> dict[str, np.ndarray]:
     return out
 
 
+def model_weights(model_dir: str) -> tuple[dict, int]:
+    """The weights a model directory holds (its safetensors files) and its number of layers."""
+    import json
+
+    from safetensors.torch import load_file
+
+    weights = {}
+    for shard in sorted(Path(model_dir).glob("*.safetensors")):
+        weights.update(load_file(shard))
+    return weights, json.loads((Path(model_dir) / "config.json").read_text())["num_hidden_layers"]
+
+
 class WritableConversion:
     """A private float32 conversion of `model_dir` in `workdir`, whose weights `load` overwrites.
 
-    `state_dict` is the starting model's (the weights `model_dir` holds): the layout check compares
-    the mapped weights with the builder's output before anything is written."""
+    The layout check compares `model_dir`'s own weights (or `starting`, for a test), mapped, with the
+    builder's output; a trainer resumed from a checkpoint then writes its weights at the first load."""
 
-    def __init__(self, model_dir: str, state_dict: dict, num_layers: int, workdir: Path, threads: int):
+    def __init__(self, model_dir: str, workdir: Path, threads: int, starting: dict | None = None):
         shared = converted(model_dir, "float32")
         self.dir = Path(workdir) / "ort-policy"
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.copytree(shared, self.dir)
         self.layout = initializer_layout(self.dir)
-        self.num_layers, self.threads = num_layers, threads
+        self.threads = threads
+        weights, self.num_layers = model_weights(model_dir)
         try:
-            mapped = builder_tensors(state_dict, num_layers)
+            mapped = builder_tensors(starting if starting is not None else weights, self.num_layers)
         except KeyError as missing:
             raise ValueError(f"{model_dir}: weight {missing} missing; in-place refresh knows the Llama family only") from None
         unmapped = sorted(set(self.layout) - set(mapped) - WEIGHT_FREE)
