@@ -172,3 +172,22 @@ def test_ort_refuses_weights_laid_out_other_than_its_graph(tiny_model, tmp_path)
     del weights["model.layers.0.self_attn.q_norm.weight"]
     with pytest.raises(ValueError, match="not mapped: \\['model.layers.0.attn.q_norm.layernorm.weight'\\]"):
         WritableConversion(str(tiny_model), tmp_path, 1, starting=weights)
+
+
+def test_a_models_weights_are_hashed_once_per_process_until_they_change(tmp_path, monkeypatch):
+    """Engines find their conversion by the weights' checksum at every open: hashed once while the
+    files keep their names, sizes and times, and again as soon as one is rewritten."""
+    import os
+
+    from toolkit.core import files
+
+    hashed = []
+    real = files.sha256_file
+    monkeypatch.setattr(files, "sha256_file", lambda p, *a: hashed.append(p) or real(p, *a))
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"a" * 64)
+    first = files.weights_fingerprint(tmp_path)
+    assert files.weights_fingerprint(tmp_path) == first and len(hashed) == 1
+    weights.write_bytes(b"b" * 64)  # same size; a later modification time
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000))
+    assert files.weights_fingerprint(tmp_path) != first and len(hashed) == 2

@@ -68,6 +68,21 @@ def dir_fingerprint(path: Path, pattern: str = "*.safetensors") -> str:
     return h.hexdigest()
 
 
+_FINGERPRINTS: dict[tuple, str] = {}
+
+
+def weights_fingerprint(path: Path) -> str:
+    """dir_fingerprint of a model's weights, hashed once per process while its files keep their
+    names, sizes and modification times: a generation engine looks its conversion up by it at every
+    open, and hashing SmolLM2's 0.5 GB takes about a second. For cache keys only: checks that
+    bytes are intact (manifests, the registry) hash them every time."""
+    files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else [Path(path)]
+    key = (str(Path(path).resolve()), *((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    if key not in _FINGERPRINTS:
+        _FINGERPRINTS[key] = dir_fingerprint(Path(path))
+    return _FINGERPRINTS[key]
+
+
 MANIFEST = "checksums.json"
 
 

@@ -17,7 +17,7 @@ import hashlib
 import tempfile
 from pathlib import Path
 
-from toolkit.core.files import dir_fingerprint, publish_dir
+from toolkit.core.files import publish_dir, weights_fingerprint
 from toolkit.core.loading import whole_model
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
@@ -45,7 +45,7 @@ def converted(model_dir: str, trust_remote_code: bool = False) -> Path:
     from ctranslate2.converters import TransformersConverter
 
     root = _CACHE[0] if _CACHE else Path(tempfile.mkdtemp(prefix="posttrain-ct2-"))
-    key = hashlib.sha256(f"{dir_fingerprint(Path(model_dir))}|{ctranslate2.__version__}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{weights_fingerprint(Path(model_dir))}|{ctranslate2.__version__}".encode()).hexdigest()[:20]
 
     def build(out: Path) -> None:
         with whole_model():  # the converter loads the HF model: on this rank alone, even inside a ZeRO-3 run

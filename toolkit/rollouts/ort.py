@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from toolkit.core.files import dir_fingerprint, publish_dir
+from toolkit.core.files import publish_dir, weights_fingerprint
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
 BUILDER_PRECISIONS = {"float32": ["-p", "fp32"], "int4": ["-p", "int4", "--extra_options", "int4_accuracy_level=4"]}
@@ -61,7 +61,7 @@ def converted(model_dir: str, precision: str) -> Path:
     import onnxruntime_genai as og
 
     root = _CACHE[0] if _CACHE else _process_temp_root()
-    key = hashlib.sha256(f"{dir_fingerprint(Path(model_dir))}|{og.__version__}|{precision}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{weights_fingerprint(Path(model_dir))}|{og.__version__}|{precision}".encode()).hexdigest()[:20]
     if key in _FAILED:  # the builder does not know this model: say so again without a second try
         raise ValueError(_FAILED[key])
     if (root / key / "genai_config.json").exists():
