@@ -12,8 +12,8 @@ SmolLM2: about 0.5 s to write, 0.5 s to load).
 The mapping is checked, not assumed: `WritableConversion` refuses a conversion unless the starting
 model's weights, mapped this way, reproduce every weight initializer of the builder's own output
 byte for byte. A model the mapping does not cover (attention biases, MoE, untied embeddings
-stored apart, another builder version that lays things out differently) fails there with the initializers it
-could not account for, before any training step.
+stored apart, a builder version that lays things out differently) fails there, naming the
+initializers it could not account for, before any training step.
 """
 
 from __future__ import annotations
@@ -51,17 +51,17 @@ def builder_tensors(state_dict: dict, num_layers: int) -> dict[str, np.ndarray]:
 
     out = {}
     for i in range(num_layers):
-        hf, ox = f"model.layers.{i}.", f"model.layers.{i}."
-        out[ox + "input_layernorm.weight"] = arr(hf + "input_layernorm.weight")
-        out[ox + "post_attention_layernorm.weight"] = arr(hf + "post_attention_layernorm.weight")
-        out[ox + "attn.qkv_proj.MatMul.weight"] = np.concatenate(
-            [arr(hf + f"self_attn.{x}_proj.weight") for x in "qkv"]).T
-        out[ox + "attn.o_proj.MatMul.weight"] = arr(hf + "self_attn.o_proj.weight").T
+        layer = f"model.layers.{i}."  # the builder keeps HF's layer prefix; the rest of the names differ
+        out[layer + "input_layernorm.weight"] = arr(layer + "input_layernorm.weight")
+        out[layer + "post_attention_layernorm.weight"] = arr(layer + "post_attention_layernorm.weight")
+        out[layer + "attn.qkv_proj.MatMul.weight"] = np.concatenate(
+            [arr(layer + f"self_attn.{x}_proj.weight") for x in "qkv"]).T
+        out[layer + "attn.o_proj.MatMul.weight"] = arr(layer + "self_attn.o_proj.weight").T
         for x in ("q", "k"):  # Qwen3's per-head norms
-            if hf + f"self_attn.{x}_norm.weight" in state_dict:
-                out[ox + f"attn.{x}_norm.layernorm.weight"] = arr(hf + f"self_attn.{x}_norm.weight")
+            if layer + f"self_attn.{x}_norm.weight" in state_dict:
+                out[layer + f"attn.{x}_norm.layernorm.weight"] = arr(layer + f"self_attn.{x}_norm.weight")
         for x in ("gate", "up", "down"):
-            out[ox + f"mlp.{x}_proj.MatMul.weight"] = arr(hf + f"mlp.{x}_proj.weight").T
+            out[layer + f"mlp.{x}_proj.MatMul.weight"] = arr(layer + f"mlp.{x}_proj.weight").T
     out[f"model.layers.{num_layers}.final_norm_layernorm.weight"] = arr("model.norm.weight")
     out["lm_head.MatMul.weight"] = arr("lm_head.weight" if "lm_head.weight" in state_dict
                                        else "model.embed_tokens.weight").T
