@@ -193,14 +193,22 @@ def _apply_overrides(data: dict, where: dict, overrides: list[str]) -> list[str]
             keys = ["stages", names[keys[1]]] + keys[2:]
         try:
             target = data
-            for k in keys[:-1]:
-                target = target[k] if isinstance(k, int) else target.setdefault(k, {})
-            target[keys[-1]] = value
-        except (KeyError, TypeError, IndexError):
+            for k in keys[:-1]:  # a list's items by index (`rewards.0.weight`), a mapping's by name
+                target = target[_index(k)] if isinstance(target, list) else target.setdefault(k, {})
+            target[_index(keys[-1]) if isinstance(target, list) else keys[-1]] = value
+        except (KeyError, TypeError, IndexError, ValueError, AttributeError):
             errors.append(f"--set {key}: no such field path")
             continue
         where[tuple(keys)] = f"--set {item}"
     return errors
+
+
+def _index(k) -> int:
+    if isinstance(k, int):
+        return k
+    if not k.isdigit():  # "-1" or a name: not an item of a list
+        raise ValueError(k)
+    return int(k)
 
 
 def load_profile(name: str) -> tuple[Profile, dict, Path]:

@@ -40,6 +40,15 @@ def test_profile_and_set_layering():
     assert r.recipe.eval.max_new_tokens == 12
 
 
+def test_set_reaches_list_items_by_index_and_names_a_path_that_is_not_there():
+    r = load_recipe("r1_zero", "tiny", ["stages.zero_rl.rewards.1.weight=0.25"])
+    assert r.recipe.stages[0].rewards[1].weight == 0.25
+    for bad in ("stages.zero_rl.rewards.9.weight=1", "stages.zero_rl.rewards.first.weight=1",
+                "stages.zero_rl.rewards.-1.weight=1", "stages.zero_rl.max_steps.x=1"):
+        with pytest.raises(RecipeError, match=f"--set {bad.split('=')[0]}: no such field path"):
+            load_recipe("r1_zero", "tiny", [bad])
+
+
 def test_unknown_top_level_field_names_file_line_and_field(tmp_path):
     p = write_variant(tmp_path, lambda d: d.update(bogus_top=1))
     msg = refused(p)
