@@ -53,6 +53,12 @@ def latest_histories(home: Path) -> dict[str, list[float]]:
             for k in keys}
 
 
+def after_first(values: list[float]) -> float:
+    """The mean over the steps after the first (which loads the model and converts it), or of the
+    one step there is."""
+    return statistics.mean(values[1:] or values) if values else float("nan")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct", help="named model or directory")
@@ -68,10 +74,11 @@ def main() -> int:
     for rollout in ("hf", "ort"):
         run_recipe(str(recipe), env, "--set", f"stages.rl.rollout={rollout}")
         h = latest_histories(home)
-        step = statistics.mean(h["step_time"][1:] or h["step_time"])  # the first step loads and converts
+        step = after_first(h["step_time"])
         base = base or step
-        rows.append(table_row(rollout, f"{step:.1f}", f"{statistics.mean(h['rollout/seconds'][1:] or h['rollout/seconds']):.1f}",
-                              f"{statistics.mean(h['rollout/refresh_s'][1:]):.2f}" if len(h["rollout/refresh_s"]) > 1 else "",
+        refresh = after_first(h["rollout/refresh_s"])
+        rows.append(table_row(rollout, f"{step:.1f}", f"{after_first(h['rollout/seconds']):.1f}",
+                              f"{refresh:.2f}" if h["rollout/refresh_s"] else "",
                               f"{statistics.mean(h['reward']):.3f}", f"{statistics.mean(h['completions/mean_length']):.1f}",
                               f"{step / base:.2f}"))
     print(f"model {args.model}; {args.steps} steps of 16 completions (G = 8), at most {args.tokens} new tokens; home {home}")

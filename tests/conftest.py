@@ -177,3 +177,15 @@ def _fresh_home_template() -> Path:
     os.replace(template / ".prefect.db", template / "prefect.db")  # last: its presence says the template is whole
     shutil.rmtree(work, ignore_errors=True)
     return template
+
+
+def ort_last_logits(og_model, ids: list[int]):
+    """The next-token logits an ONNX Runtime GenAI model gives after `ids` (engine and GRPO tests)."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(og_model)
+    params.set_search_options(max_length=len(ids) + 1)
+    generator = og.Generator(og_model, params)
+    generator.append_tokens(np.array([ids], dtype=np.int32))
+    return generator.get_output("logits")[0, -1]

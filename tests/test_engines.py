@@ -6,6 +6,7 @@ import pytest
 
 from data_curation.sources import load_rows
 from pipeline.recipe import RecipeError, load_recipe
+from tests.conftest import ort_last_logits
 from toolkit.core.templates import render_prompt
 from toolkit.rollouts import SamplingSpec, engine_problems, open_engine, resolve_engine
 from toolkit.rollouts.engines import AUTO_ORT_MIN_BYTES, drain_opened, keep_conversions_in
@@ -117,17 +118,6 @@ def test_ort_keeps_the_four_most_recently_used_conversions(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".x.partial", "a", "c", "d", "e"]
 
 
-def _last_logits(og_model, ids: list[int]):
-    import numpy as np
-    import onnxruntime_genai as og
-
-    params = og.GeneratorParams(og_model)
-    params.set_search_options(max_length=len(ids) + 1)
-    generator = og.Generator(og_model, params)
-    generator.append_tokens(np.array([ids], dtype=np.int32))
-    return generator.get_output("logits")[0, -1]
-
-
 def test_ort_takes_a_policys_new_weights_in_place_and_gives_its_logits(tiny_model, prompts, tmp_path):
     """GRPO's `rollout: ort`: the trainer's weights written into the built graph's data file (no
     rebuild) give the logits HF gives for the same weights, and not the old weights' logits."""
@@ -142,14 +132,14 @@ def test_ort_takes_a_policys_new_weights_in_place_and_gives_its_logits(tiny_mode
            for p in prompts[:4]]
     policy = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
     conversion = WritableConversion(str(tiny_model), tmp_path, 1)
-    before = [_last_logits(conversion.load(), row) for row in ids]
+    before = [ort_last_logits(conversion.load(), row) for row in ids]
     noise = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(torch.randn(p.shape, generator=noise) * 0.1)
     updated = conversion.load(policy.state_dict())
     for row, old in zip(ids, before):
-        new = _last_logits(updated, row)
+        new = ort_last_logits(updated, row)
         with torch.no_grad():
             hf = policy(torch.tensor([row])).logits[0, -1].numpy()
         np.testing.assert_allclose(new, hf, atol=1e-4)

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.recipe import RecipeError, load_recipe
 from stages.grpo import GRPOConfig
-from tests.conftest import run_cli
+from tests.conftest import ort_last_logits, run_cli
 
 
 def _varied_unless_easy(completions, _index, **_):
@@ -104,7 +104,6 @@ def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path):
     from stages.ort_rollouts import OrtRollouts
     from stages.prompt_sampler import PromptSampler
     from stages.runtime import StageContext
-    from tests.test_engines import _last_logits
 
     cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", rewards=[{"name": "format_think"}], rollout="ort",
                      num_generations=2, per_device_batch_size=4, max_completion_length=8, max_steps=2,
@@ -127,7 +126,7 @@ def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path):
         with torch.no_grad():
             hf = trainer.model(torch.tensor([ids])).logits[0, -1].numpy()
         assert rollout.step == 2
-        np.testing.assert_allclose(_last_logits(rollout.model, ids), hf, atol=1e-4)
+        np.testing.assert_allclose(ort_last_logits(rollout.model, ids), hf, atol=1e-4)
         from transformers import AutoModelForCausalLM
         with torch.no_grad():
             start = AutoModelForCausalLM.from_pretrained(str(tiny_model))(torch.tensor([ids])).logits[0, -1].numpy()

@@ -56,13 +56,17 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def _weight_files(path: Path, pattern: str = "*.safetensors") -> list[Path]:
+    """The files dir_fingerprint hashes: the weight files, or every file when there are none."""
+    return sorted(path.glob(pattern)) or sorted(p for p in path.rglob("*") if p.is_file())
+
+
 def dir_fingerprint(path: Path, pattern: str = "*.safetensors") -> str:
     """Content hash of the weight files of a model directory (names and bytes), or of one file."""
     if Path(path).is_file():
         return sha256_file(Path(path))
     h = hashlib.sha256()
-    files = sorted(Path(path).glob(pattern)) or sorted(p for p in Path(path).rglob("*") if p.is_file())
-    for f in files:
+    for f in _weight_files(Path(path), pattern):
         h.update(f.name.encode())
         h.update(sha256_file(f).encode())
     return h.hexdigest()
@@ -76,8 +80,8 @@ def weights_fingerprint(path: Path) -> str:
     names, sizes and modification times: a generation engine looks its conversion up by it at every
     open, and hashing SmolLM2's 0.5 GB takes about a second. For cache keys only: checks that
     bytes are intact (manifests, the registry) hash them every time."""
-    files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else [Path(path)]
-    key = (str(Path(path).resolve()), *((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    files = _weight_files(Path(path)) if Path(path).is_dir() else [Path(path)]
+    key = (str(Path(path).resolve()), *((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
     if key not in _FINGERPRINTS:
         _FINGERPRINTS[key] = dir_fingerprint(Path(path))
     return _FINGERPRINTS[key]
