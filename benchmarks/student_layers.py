@@ -11,7 +11,7 @@ held-out sets are not read):
   result of Gromov et al. 2024, "The Unreasonable Ineffectiveness of the Deeper Layers": a block of
   adjacent layers whose input and output are close can go, where scattered layers cannot).
 
-    .venv/bin/python benchmarks/student_layers.py [--drop 15] [--rows 64]
+    .venv/bin/python benchmarks/student_layers.py [--drop 6] [--rows 64]
     .venv/bin/python benchmarks/student_layers.py --drop 10 --save 9 DIR   # write one candidate, for
                                           # a distillation probe (--set stages.distill.student=DIR)
 
@@ -42,7 +42,7 @@ def calibration_texts(tokenizer, n: int) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--drop", type=int, default=15, help="layers removed (15 of 30: the student's size)")
+    ap.add_argument("--drop", type=int, default=6, help="layers removed (6 of 30: the demo student's size)")
     ap.add_argument("--rows", type=int, default=64, help="synthetic_math rows (and a quarter as many general_chat)")
     ap.add_argument("--save", nargs=2, metavar=("START", "DIR"), help="write the student without layers START .. "
                     "START + drop - 1 (model and tokenizer) into DIR, and measure nothing")
