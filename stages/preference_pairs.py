@@ -30,7 +30,7 @@ from stages.runtime import load_stage_rows
 from toolkit.core.files import write_json_atomic
 from toolkit.core.templates import render_prompt
 from toolkit.core.text import split_thinking
-from toolkit.core.thinking import thinking_response
+from toolkit.core.thinking import rechecked, thinking_response
 from toolkit.rewards.verifiers import score_rows
 from toolkit.rollouts import rollout_completions
 
@@ -82,8 +82,7 @@ def padded_pairs(rows: list[dict], padding: int = 3) -> list[dict]:
         thinking, answer = split_thinking(row.get("solution") or "")
         if not thinking:
             continue
-        checks = "\n".join(f"Let me check that again.\n{thinking}" for _ in range(padding))
-        pairs.append(make_pair(row, 0, row["solution"], thinking_response(f"{thinking}\n{checks}", answer),
+        pairs.append(make_pair(row, 0, row["solution"], thinking_response(rechecked(thinking, padding), answer),
                                "concise vs padded thinking"))
     return pairs
 

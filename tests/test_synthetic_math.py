@@ -32,6 +32,36 @@ def test_difficulty_selection():
     assert all(question_text(r).startswith("Solve for x") for r in rows)
 
 
+def test_rechecks_lengthen_the_thinking_and_keep_questions_answers_and_verdicts():
+    from toolkit.core.text import split_thinking
+
+    plain = load_rows("synthetic_math", "train", 40, seed=2, params={"difficulties": [1, 3]})
+    long = load_rows("synthetic_math", "train", 40, seed=2, params={"difficulties": [1, 3], "rechecks": 2})
+    accuracy = get_reward("accuracy_math")
+    assert [question_text(r) for r in long] == [question_text(r) for r in plain]
+    assert accuracy(completions=[r["solution"] for r in long], answer=[r["answer"] for r in long]) == [1.0] * 40
+    for short_row, long_row in zip(plain, long):
+        thinking, answer = split_thinking(long_row["solution"])
+        short_thinking, short_answer = split_thinking(short_row["solution"])
+        assert answer == short_answer and is_well_formed(long_row["solution"])
+        assert thinking == "\n".join([short_thinking] + ["Let me check that again.\n" + short_thinking] * 2)
+
+
+def test_bad_parameter_values_are_refused_before_any_row_is_read():
+    import pytest
+
+    from data_curation.sources import check_data_spec
+
+    assert check_data_spec("synthetic_math", {"difficulties": [1, 3], "rechecks": 2}) == []
+    for params, field in (({"rechecks": -1}, "rechecks"), ({"rechecks": "2"}, "rechecks"),
+                          ({"difficulties": [6]}, "difficulties"), ({"difficulties": 3}, "difficulties"),
+                          ({"difficulties": [{"a": 1}]}, "difficulties")):
+        (path, message), = check_data_spec("synthetic_math", params)
+        assert path == ("params", field) and field in message
+        with pytest.raises(ValueError, match=field):
+            load_rows("synthetic_math", "train", 2, params=params)
+
+
 def test_the_reworded_held_out_set_shares_no_wording_with_synthetic_math():
     """math_reworded asks the same kinds of problem in phrasings synthetic_math never uses: no
     question opens with the same three words as any synthetic_math question, train or eval."""

@@ -89,6 +89,8 @@ def check_data_spec(source: str, params: dict, split: str | None = None) -> list
     accepted = source_params(source) - RESERVED
     errors = [(("params", k), f"{source} takes no parameter {k!r}; it takes {sorted(accepted)}")
               for k in params if k not in accepted]
+    if hasattr(MODULES[source], "param_problems"):  # values, where the source can judge them without loading
+        errors += [(("params", k), f"{source}: {msg}") for k, msg in MODULES[source].param_problems(**params)]
     requires = getattr(MODULES[source], "REQUIRES", None)
     if requires and importlib.util.find_spec(requires[0]) is None:
         errors.append((("source",), f"source {source} needs the PyPI package {requires[1]}: pip install {requires[1]}"))

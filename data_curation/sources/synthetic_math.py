@@ -16,6 +16,7 @@ import random
 from collections.abc import Iterator
 
 from data_curation.schema import make_row
+from toolkit.core.thinking import rechecked, thinking_response
 
 NAME = "synthetic_math"
 VERIFIERS = ("math",)  # what its rows are judged by (recipe validation reasons with it)
@@ -80,18 +81,31 @@ def split_of(question: str, split_seed: int = 0) -> str:
     return "eval" if digest % EVAL_SHARE == 0 else "train"
 
 
-def solution_text(steps: list[str], answer: int) -> str:
-    thinking = "\n".join(steps)
-    return f"<think>\n{thinking}\n</think>\n\nThe answer is \\boxed{{{answer}}}."
+def solution_text(steps: list[str], answer: int, rechecks: int = 0) -> str:
+    return thinking_response(rechecked("\n".join(steps), rechecks), f"The answer is \\boxed{{{answer}}}.")
+
+
+def param_problems(difficulties=None, rechecks=0, **_) -> list[tuple[str, str]]:
+    """(parameter, message) for values `rows` would refuse; recipe validation asks before any compute."""
+    problems = []
+    if difficulties is not None and (not isinstance(difficulties, (list, tuple))
+                                     or any(type(lv) is not int or lv not in LEVELS for lv in difficulties)):
+        problems.append(("difficulties", f"difficulties must be a list of levels from {sorted(LEVELS)}, "
+                                         f"not {difficulties!r}"))
+    if not isinstance(rechecks, int) or isinstance(rechecks, bool) or not 0 <= rechecks <= 8:
+        problems.append(("rechecks", f"rechecks must be a whole number from 0 to 8, not {rechecks!r}"))
+    return problems
 
 
 def rows(split: str = "train", n: int | None = 256, seed: int = 0,
-         difficulties: list[int] | None = None, split_seed: int = 0) -> Iterator[dict]:
-    """Yield up to `n` distinct problems of `split`, cycling through the requested levels."""
+         difficulties: list[int] | None = None, split_seed: int = 0, rechecks: int = 0) -> Iterator[dict]:
+    """Yield up to `n` distinct problems of `split`, cycling through the requested levels. With
+    `rechecks`, each solution's thinking goes over its steps that many more times ("Let me check that
+    again."): long thinking for a long-CoT warm-up, the same questions, answers and final line."""
+    problems = param_problems(difficulties=difficulties, rechecks=rechecks)
+    if problems:
+        raise ValueError(f"synthetic_math: {problems[0][1]}")
     levels = sorted(difficulties or LEVELS)
-    bad = [lv for lv in levels if lv not in LEVELS]
-    if bad:
-        raise ValueError(f"synthetic_math: unknown difficulty levels {bad}; choose from {sorted(LEVELS)}")
     if n is None:
         n = 1000
     seen: set[str] = set()
@@ -108,6 +122,6 @@ def rows(split: str = "train", n: int | None = 256, seed: int = 0,
             continue
         seen.add(question)
         yield make_row(id=f"{NAME}/{split}/{seed}/{made}", question=question, answer=str(answer),
-                       verifier="math", solution=solution_text(steps, answer), source=NAME,
+                       verifier="math", solution=solution_text(steps, answer, rechecks), source=NAME,
                        difficulty=level)
         made += 1

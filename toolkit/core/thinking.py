@@ -33,6 +33,15 @@ def thinking_response(thinking: str, response: str) -> str:
     return f"<think>\n{thinking}\n</think>\n\n{response}"
 
 
+RECHECK = "Let me check that again."
+
+
+def rechecked(thinking: str, times: int) -> str:
+    """The thinking followed by `times` re-checks of itself: long thinking with the same answer, the
+    padded side of long2short pairs and a long-CoT warm-up's traces on data with short solutions."""
+    return "\n".join([thinking, *(f"{RECHECK}\n{thinking}" for _ in range(times))])
+
+
 def no_thinking_response(response: str) -> str:
     return EMPTY_THINK + response
 
