@@ -133,8 +133,16 @@ def _override_stages(stages: list, overrides: dict, where: dict, origin, label: 
         for i in targets:
             for fname, value in (fields or {}).items():
                 stages[i][fname] = copy.deepcopy(value)
-                where[("stages", i, fname)] = origin(key, fname)
+                _replaced(where, ("stages", i, fname), origin(key, fname))
     return errors
+
+
+def _replaced(where: dict, loc: tuple, origin: str) -> None:
+    """Record that the value at `loc` now comes from `origin`: the lines of the value it replaced
+    (its nested fields) no longer say where anything under `loc` came from."""
+    for old in [k for k in where if k[:len(loc)] == loc]:
+        del where[old]
+    where[loc] = origin
 
 
 def _apply_profile(data: dict, where: dict, name: str, profile: Profile, profile_where: dict, pfile: Path,
@@ -199,7 +207,7 @@ def _apply_overrides(data: dict, where: dict, overrides: list[str]) -> list[str]
         except (KeyError, TypeError, IndexError, ValueError, AttributeError):
             errors.append(f"--set {key}: no such field path")
             continue
-        where[tuple(keys)] = f"--set {item}"
+        _replaced(where, tuple(keys), f"--set {item}")
     return errors
 
 

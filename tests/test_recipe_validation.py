@@ -49,6 +49,14 @@ def test_set_reaches_list_items_by_index_and_names_a_path_that_is_not_there():
             load_recipe("r1_zero", "tiny", [bad])
 
 
+def test_an_error_inside_a_replaced_value_names_what_replaced_it():
+    """kimi_k15's cold start data has its own `params` line; a --set that replaces the whole `data`
+    must be named for an error under it, not the recipe line it replaced."""
+    bad = "stages.cold_start.data={source: synthetic_math, n: 64, params: {rechecks: 9}}"
+    with pytest.raises(RecipeError, match=r"--set stages\.cold_start\.data=.*rechecks must be a whole number"):
+        load_recipe("kimi_k15", "tiny", [bad])
+
+
 def test_unknown_top_level_field_names_file_line_and_field(tmp_path):
     p = write_variant(tmp_path, lambda d: d.update(bogus_top=1))
     msg = refused(p)
