@@ -8,7 +8,10 @@ student). Printed per recipe, as markdown for benchmarks/RESULTS.md:
 - the base model and the recipe's product models on the second held-out set, `math_reworded`
   (wordings no training data uses), through `posttrain eval`: paired against the base model.
 
-    .venv/bin/python benchmarks/named_recipes_demo.py [r1 kimi_k15 qwen3] [--write]
+    .venv/bin/python benchmarks/named_recipes_demo.py [r1 kimi_k15 qwen3] [--set KEY=VALUE ...] [--write]
+
+`--set` is passed to every `posttrain run` (a variant of the demo, e.g. longer answers); a set
+`eval.max_new_tokens` also sets the token limit of the reworded set's evaluation.
 
 `--write` appends the tables to benchmarks/RESULTS.md with the command and date. Runs take tens of
 minutes each on 2 cores; nothing else should share the machine while they run.
@@ -86,9 +89,9 @@ def completed(stages: list[dict]) -> set[str]:
     return {s["name"] for s in stages if s["status"] == "completed"}
 
 
-def reworded_table(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
+def reworded_table(recipe: str, env: dict[str, str], stages: list[dict], tokens: int = 80) -> str:
     models = [BASE] + [f"{name}@latest" for name in products(recipe) if name in completed(stages)]
-    return posttrain_eval(models, "math_reworded:eval", 80, env)
+    return posttrain_eval(models, "math_reworded:eval", tokens, env)
 
 
 # Claims read on another held-out set than the recipe's: qwen3's general RL must raise the
@@ -109,21 +112,26 @@ def extra_tables(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipes", nargs="*", default=["r1", "kimi_k15", "qwen3"])
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed to every `posttrain run` (repeatable)")
     parser.add_argument("--write", action="store_true", help="append the tables to benchmarks/RESULTS.md")
     args = parser.parse_args()
+    set_args = [arg for value in args.sets for arg in ("--set", value)]
+    tokens = next((int(v.split("=", 1)[1]) for v in args.sets if v.startswith("eval.max_new_tokens=")), 80)
     report = []
     for recipe in args.recipes:
         home, env = fresh_home(f"named-{recipe}-")
-        code, seconds = run_recipe(recipe, env, "--profile", "demo", check=False)
+        code, seconds = run_recipe(recipe, env, "--profile", "demo", *set_args, check=False)
         stages = latest_stages(env)
         block = (f"### `{recipe}` on `demo`: {'finished' if code == 0 else f'exit {code}'} in "
                  f"{seconds / 60:.1f} min (fresh home {home})\n\n{stage_table(stages)}\n\n{mode_table(stages)}"
                  f"Second held-out set (`math_reworded`, 200 prompts), paired against the base model:\n\n"
-                 f"```\n{reworded_table(recipe, env, stages)}\n```\n\n{extra_tables(recipe, env, stages)}")
+                 f"```\n{reworded_table(recipe, env, stages, tokens)}\n```\n\n{extra_tables(recipe, env, stages)}")
         print(block, flush=True)
         report.append(block)
     if args.write:
-        command = "`.venv/bin/python benchmarks/named_recipes_demo.py " + " ".join(args.recipes) + " --write`"
+        command = "`.venv/bin/python benchmarks/named_recipes_demo.py " + " ".join(
+            args.recipes + [f"--set '{v}'" for v in args.sets]) + " --write`"
         with open(ROOT / "benchmarks" / "RESULTS.md", "a") as f:
             f.write(f"\n## The named recipes on `demo` ({datetime.date.today()})\n\nCommand: {command}\n\n"
                     + "\n".join(report))
