@@ -137,9 +137,9 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
                            "(its GPUs and port; the launcher starts `trl vllm-serve` there)"))
         if self.rollout == "ort":
             errors += [(("rollout",), msg) for msg in [ort_unavailable()] if msg]
-            if self.lora is not None or (self.launcher.mode == "deepspeed" and "zero3" in self.launcher.deepspeed_config):
+            if self.launcher.mode == "deepspeed" and "zero3" in self.launcher.deepspeed_config:
                 errors.append((("rollout",), "rollout: ort writes the whole policy into its graph every step: not "
-                               "with LoRA adapters or ZeRO-3's sharded weights; use rollout: hf"))
+                               "with ZeRO-3's sharded weights; use rollout: hf"))
         elif self.rollout != "hf":
             errors += [(("rollout",), msg) for msg in vllm_unavailable()]
             if self.loss == "kimi_mirror_descent":

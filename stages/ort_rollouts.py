@@ -14,7 +14,9 @@ float32 weights. Different: no per-token sampling logprobs are returned (TRL use
 vLLM's importance-sampling correction, which this path does not turn on), and the random stream is
 ONNX Runtime's, seeded per rank and per call from the stage's seed.
 
-Needs the whole policy on each rank: not with LoRA adapters or ZeRO-3 (GRPOConfig refuses both).
+Needs the whole policy on each rank: not with ZeRO-3 (GRPOConfig refuses it). A LoRA policy's
+adapters are merged into the weights written (`plain_state_dict`), so the graph samples the policy
+being trained.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 from toolkit.rollouts.ort import ort_sampler
-from toolkit.rollouts.ort_weights import WritableConversion
+from toolkit.rollouts.ort_weights import WritableConversion, plain_state_dict
 from toolkit.rollouts.sampling import SamplingSpec
 
 
@@ -43,8 +45,7 @@ class OrtRollouts:
         self.calls = 0
 
     def refresh(self, trainer) -> None:
-        policy = trainer.accelerator.unwrap_model(trainer.model)
-        weights = policy.state_dict()
+        weights = plain_state_dict(trainer.accelerator.unwrap_model(trainer.model))
         started = time.perf_counter()
         self.model = self.sample = None  # drop the old graph before its file is rewritten
         if self.conversion is None:  # built from model_dir; its layout checked against model_dir's weights

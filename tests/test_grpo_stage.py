@@ -91,10 +91,11 @@ def test_prioritized_sampler_resumes_its_schedule_from_a_checkpoint(tiny_model, 
     assert a == b  # same draws, same success table, same RNG position as the run that never stopped
 
 
-def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path):
+@pytest.mark.parametrize("lora", [False, True])
+def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path, lora):
     """`rollout: ort` through TRL's rollout_func: every step's rollouts come after a refresh of the
     graph's weights, and a rollout after training decodes with the trained weights (the logits HF
-    gives for them), not the starting ones."""
+    gives for them), not the starting ones. With LoRA, the graph holds the adapters merged in."""
     import numpy as np
     import torch
     from datasets import Dataset
@@ -103,17 +104,18 @@ def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path):
     from stages.grpo_trainer import PosttrainGRPOTrainer, RLOptions
     from stages.ort_rollouts import OrtRollouts
     from stages.prompt_sampler import PromptSampler
-    from stages.runtime import StageContext
+    from stages.runtime import StageContext, lora_config
 
     cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", rewards=[{"name": "format_think"}], rollout="ort",
                      num_generations=2, per_device_batch_size=4, max_completion_length=8, max_steps=2,
-                     learning_rate=1e-2, save_steps=100, evaluate=False)
+                     learning_rate=1e-2, save_steps=100, evaluate=False, lora={"r": 4, "dropout": 0} if lora else None)
     rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "_index": i} for i in range(8)]
     rollout = OrtRollouts(str(tiny_model), None, 1.0, 1.0, 8, 0, 1)
     rl = RLOptions(sampler=PromptSampler("random", 8), success_reward=0)
     trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, StageContext.local(tmp_path)),
                                    train_dataset=Dataset.from_list(rows), reward_funcs=[_varied_unless_easy], rl=rl,
-                                   rollout_func=rollout)
+                                   rollout_func=rollout, peft_config=lora_config(cfg))
+    assert hasattr(trainer.model, "peft_config") == lora
     with torch.no_grad():  # as a trainer resumed from a checkpoint: its weights are not model_dir's
         next(trainer.model.parameters()).mul_(1.5)
     try:
@@ -142,11 +144,11 @@ def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path):
     ("stages.zero_rl.num_generations=3", "stages[0]", "multiple of num_generations"),
     ("stages.zero_rl.rewards=[{name: accuracy_mth}]", "stages[0].rewards[0].name", "unknown reward"),
     ("stages.zero_rl.ref_reset_steps=5", "stages[0]", "needs beta > 0"),
-    ("stages.zero_rl.rollout=ort", "stages[0].rollout", "not with LoRA adapters or ZeRO-3"),
+    ("stages.zero_rl.rollout=ort", "stages[0].rollout", "not with ZeRO-3's sharded weights"),
 ])
 def test_bad_rl_config_is_refused_with_its_path(override, where, message):
     sets = [override] + (["stages.zero_rl.beta=0"] if "ref_reset" in override else []) + (
-        ["stages.zero_rl.lora={r: 8}"] if "ort" in override else [])
+        ["stages.zero_rl.launcher={mode: deepspeed, deepspeed_config: zero3}"] if "ort" in override else [])
     with pytest.raises(RecipeError) as e:
         load_recipe("r1_zero", "tiny", sets)
     assert where in str(e.value) and message in str(e.value)

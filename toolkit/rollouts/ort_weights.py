@@ -68,6 +68,27 @@ def builder_tensors(state_dict: dict, num_layers: int) -> dict[str, np.ndarray]:
     return out
 
 
+def plain_state_dict(policy) -> dict:
+    """The policy's weights under the plain model's names. A LoRA policy (PEFT) gives its adapters
+    merged in, W + scale * B A per adapted weight, computed into new tensors: the trainer's own
+    weights are not touched (merging in place and back, as TRL does for vLLM, leaves float32 drift
+    in the frozen base weights every step)."""
+    if not hasattr(policy, "get_base_model"):
+        return policy.state_dict()
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    base = policy.get_base_model()
+    weights = {key.replace(".base_layer.", "."): value for key, value in base.state_dict().items()
+               if ".lora_" not in key}
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            if isinstance(module, LoraLayer) and not module.merged and not module.disable_adapters:
+                for adapter in module.active_adapters:
+                    weights[f"{name}.weight"] = weights[f"{name}.weight"] + module.get_delta_weight(adapter)
+    return weights
+
+
 def model_weights(model_dir: str) -> tuple[dict, int]:
     """The weights a model directory holds (its safetensors files) and its number of layers."""
     import json
