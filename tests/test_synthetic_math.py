@@ -45,6 +45,12 @@ def test_rechecks_lengthen_the_thinking_and_keep_questions_answers_and_verdicts(
         short_thinking, short_answer = split_thinking(short_row["solution"])
         assert answer == short_answer and is_well_formed(long_row["solution"])
         assert thinking == "\n".join([short_thinking] + ["Let me check that again.\n" + short_thinking] * 2)
+    spread = load_rows("synthetic_math", "train", 40, seed=2, params={"difficulties": [1, 3], "rechecks": [0, 3]})
+    assert [question_text(r) for r in spread] == [question_text(r) for r in plain]
+    counts = [r["solution"].count("Let me check that again.") for r in spread]
+    assert set(counts) == {0, 1, 2, 3}  # each row draws its own count: a long thinker of varied length
+    assert counts == [r["solution"].count("Let me check that again.") for r in
+                      load_rows("synthetic_math", "train", 40, seed=2, params={"difficulties": [1, 3], "rechecks": [0, 3]})]
 
 
 def test_bad_parameter_values_are_refused_before_any_row_is_read():
@@ -53,7 +59,9 @@ def test_bad_parameter_values_are_refused_before_any_row_is_read():
     from data_curation.sources import check_data_spec
 
     assert check_data_spec("synthetic_math", {"difficulties": [1, 3], "rechecks": 2}) == []
+    assert check_data_spec("synthetic_math", {"rechecks": [1, 3]}) == []
     for params, field in (({"rechecks": -1}, "rechecks"), ({"rechecks": "2"}, "rechecks"),
+                          ({"rechecks": [3, 1]}, "rechecks"), ({"rechecks": [0, 9]}, "rechecks"),
                           ({"difficulties": [6]}, "difficulties"), ({"difficulties": 3}, "difficulties"),
                           ({"difficulties": [{"a": 1}]}, "difficulties")):
         (path, message), = check_data_spec("synthetic_math", params)

@@ -92,16 +92,25 @@ def param_problems(difficulties=None, rechecks=0, **_) -> list[tuple[str, str]]:
                                      or any(type(lv) is not int or lv not in LEVELS for lv in difficulties)):
         problems.append(("difficulties", f"difficulties must be a list of levels from {sorted(LEVELS)}, "
                                          f"not {difficulties!r}"))
-    if not isinstance(rechecks, int) or isinstance(rechecks, bool) or not 0 <= rechecks <= 8:
-        problems.append(("rechecks", f"rechecks must be a whole number from 0 to 8, not {rechecks!r}"))
+    def count(x):
+        return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 8
+
+    spread = isinstance(rechecks, (list, tuple)) and len(rechecks) == 2 and all(map(count, rechecks)) \
+        and rechecks[0] <= rechecks[1]
+    if not (count(rechecks) or spread):
+        problems.append(("rechecks", f"rechecks must be a whole number from 0 to 8, or [low, high] of two such "
+                                     f"numbers with low <= high, not {rechecks!r}"))
     return problems
 
 
 def rows(split: str = "train", n: int | None = 256, seed: int = 0,
-         difficulties: list[int] | None = None, split_seed: int = 0, rechecks: int = 0) -> Iterator[dict]:
+         difficulties: list[int] | None = None, split_seed: int = 0,
+         rechecks: int | list[int] = 0) -> Iterator[dict]:
     """Yield up to `n` distinct problems of `split`, cycling through the requested levels. With
     `rechecks`, each solution's thinking goes over its steps that many more times ("Let me check that
-    again."): long thinking for a long-CoT warm-up, the same questions, answers and final line."""
+    again."): long thinking for a long-CoT warm-up, the same questions, answers and final line.
+    `rechecks: [low, high]` draws each row's count uniformly (seeded by the row): a long thinker whose
+    samples vary in length, as long2short's sampled pairs need."""
     problems = param_problems(difficulties=difficulties, rechecks=rechecks)
     if problems:
         raise ValueError(f"synthetic_math: {problems[0][1]}")
@@ -115,6 +124,7 @@ def rows(split: str = "train", n: int | None = 256, seed: int = 0,
         r = random.Random(f"{seed}:{index}")
         index += 1
         question, answer, steps = LEVELS[level](r)
+        times = rechecks if isinstance(rechecks, int) else r.randint(*rechecks)  # drawn after the question
         if question in seen or split not in ("all", split_of(question, split_seed)):
             misses += 1
             if misses > 50 * n + 1000:  # a tiny level cannot supply n distinct questions
@@ -122,6 +132,6 @@ def rows(split: str = "train", n: int | None = 256, seed: int = 0,
             continue
         seen.add(question)
         yield make_row(id=f"{NAME}/{split}/{seed}/{made}", question=question, answer=str(answer),
-                       verifier="math", solution=solution_text(steps, answer, rechecks), source=NAME,
+                       verifier="math", solution=solution_text(steps, answer, times), source=NAME,
                        difficulty=level)
         made += 1
