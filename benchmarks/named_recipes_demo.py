@@ -117,7 +117,10 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="append the tables to benchmarks/RESULTS.md")
     args = parser.parse_args()
     set_args = [arg for value in args.sets for arg in ("--set", value)]
-    tokens = next((int(v.split("=", 1)[1]) for v in args.sets if v.startswith("eval.max_new_tokens=")), 80)
+    tokens = next((v.split("=", 1)[1].strip() for v in args.sets if v.startswith("eval.max_new_tokens=")), "80")
+    if not tokens.isdigit():
+        parser.error(f"--set eval.max_new_tokens={tokens}: a whole number of tokens")
+    tokens = int(tokens)
     report = []
     for recipe in args.recipes:
         home, env = fresh_home(f"named-{recipe}-")

@@ -45,8 +45,8 @@ class OrtRollouts:
         self.calls = 0
 
     def refresh(self, trainer) -> None:
+        started = time.perf_counter()  # the LoRA merge counts as refresh time too
         weights = plain_state_dict(trainer.accelerator.unwrap_model(trainer.model))
-        started = time.perf_counter()
         self.model = self.sample = None  # drop the old graph before its file is rewritten
         if self.conversion is None:  # built from model_dir; its layout checked against model_dir's weights
             self.conversion = WritableConversion(self.model_dir, self.workdir, self.threads)
