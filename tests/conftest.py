@@ -48,7 +48,7 @@ HEAVIEST_FILES = ["test_named_recipes", "test_crash_and_concurrency", "test_laun
 SAME_WORKER = {"test_ui_browser": "test_named_recipes"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     if not getattr(config.option, "loadgroup", False):  # what an xdist worker of `--dist loadgroup` is told
         return
@@ -60,6 +60,13 @@ def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(HEAVIEST_FILES)}
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group(item)))
+        # What `--dist loadgroup` schedules by is the "@group" suffix of a test's id. pytest-xdist 3.8
+        # writes it into `item._nodeid`, which pytest 9.2 no longer reads (`nodeid` is `str(item._id)`),
+        # so without this every test was its own unit and a file's tests spread over both workers.
+        if "@" not in item.nodeid:
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(f"{item.nodeid}@{group(item)}")
     items.sort(key=lambda item: rank.get(group(item), len(rank)))  # stable: a file's own order is kept
 
 
