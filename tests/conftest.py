@@ -5,8 +5,9 @@ Two xdist workers (`make test PYTEST_ARGS="-n 2 --dist loadgroup --no-loadscope-
 the suite's time is one-threaded (a tiny model's steps are Python overhead; processes start, import
 and wait on servers), so two workers, each with an explicit budget of half the cores, can do nearly
 twice the work. Tests stay together by file (their module fixtures run once), heaviest files first
-so the workers finish together. Not the default yet: it has not had a whole green run here, and a
-first one under extra load timed a math verifier out."""
+so the workers finish together. Not the default yet: it has not had a whole green run here (a
+first one under extra load timed a math verifier out; one at 1a95df1 timed the browser test's form
+navigation out, chromium sharing the 2 cores with the other worker)."""
 
 import os
 import shutil
