@@ -58,16 +58,15 @@ def pytest_collection_modifyitems(config, items):
         name = Path(str(item.fspath)).stem
         return SAME_WORKER.get(name, name)
 
+    # What `--dist loadgroup` schedules by is the "@group" suffix of a test's id. pytest-xdist 3.8
+    # writes it into `item._nodeid`, which pytest 9.2 no longer reads (`nodeid` is `str(item._id)`),
+    # so without our own suffix every test was its own unit and a file's tests spread over both workers.
+    from _pytest.nodeid import coerce_node_id
+
     rank = {name: i for i, name in enumerate(HEAVIEST_FILES)}
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group(item)))
-        # What `--dist loadgroup` schedules by is the "@group" suffix of a test's id. pytest-xdist 3.8
-        # writes it into `item._nodeid`, which pytest 9.2 no longer reads (`nodeid` is `str(item._id)`),
-        # so without this every test was its own unit and a file's tests spread over both workers.
-        if "@" not in item.nodeid:
-            from _pytest.nodeid import coerce_node_id
-
-            item._id = coerce_node_id(f"{item.nodeid}@{group(item)}")
+        item._id = coerce_node_id(f"{item.nodeid}@{group(item)}")
     items.sort(key=lambda item: rank.get(group(item), len(rank)))  # stable: a file's own order is kept
 
 
@@ -109,6 +108,17 @@ def run_named_recipe(name: str) -> dict:
     result = run_recipe(name, "tiny", in_process(name))
     assert result["status"] == "completed", result
     return result
+
+
+def padded_pairs_file(path: Path, n: int, seed: int) -> str:
+    """Long2short-style pairs from `n` level-1 `synthetic_math` rows (the answer with and without
+    padded re-checks), written as JSONL at `path`."""
+    from data_curation.report import write_jsonl
+    from data_curation.sources import load_rows
+    from stages.preference_pairs import padded_pairs
+
+    write_jsonl(path, padded_pairs(load_rows("synthetic_math", "train", n, seed, {"difficulties": [1]}), padding=1))
+    return str(path)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.launch.workers import StageFailed, run_worker
 from stages.launch import LaunchSpec
+from tests.conftest import padded_pairs_file
 from tests.test_launcher import _alive
 
 pytestmark = pytest.mark.slow
@@ -45,13 +46,7 @@ def _stage(kind: str, tiny: str, student: str, pairs: str) -> tuple[str, object,
 
 @pytest.fixture(scope="module")
 def pairs_file(tmp_path_factory) -> str:
-    from data_curation.sources import load_rows
-    from stages.preference_pairs import padded_pairs
-
-    path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
-    rows = load_rows("synthetic_math", "train", 96, 0, {"difficulties": [1]})
-    path.write_text("".join(json.dumps(p) + "\n" for p in padded_pairs(rows, padding=1)))
-    return str(path)
+    return padded_pairs_file(tmp_path_factory.mktemp("pairs") / "pairs.jsonl", 96, 0)
 
 
 @pytest.mark.parametrize("kind", ["reward_model", "dpo", "distill_off_policy", "distill_on_policy"])

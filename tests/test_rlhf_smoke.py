@@ -8,7 +8,7 @@ import mlflow
 import pytest
 
 from stages.runtime import StageContext
-from tests.conftest import run_named_recipe
+from tests.conftest import padded_pairs_file, run_named_recipe
 
 pytestmark = pytest.mark.slow
 
@@ -114,18 +114,14 @@ def test_long2short_dpo_shortens_a_verbose_model(tmp_path, tiny_model):
 def test_dpo_sft_weight_keeps_the_chosen_answers_likely(tmp_path, tiny_model):
     """RPO's NLL term: the same pairs, steps and seed with and without it; with it the chosen
     responses end more likely (plain DPO may lower both sides while it widens the margin)."""
-    from data_curation.sources import load_rows
     from stages import dpo
-    from stages.preference_pairs import padded_pairs
 
-    pairs_file = tmp_path / "pairs.jsonl"
-    rows = load_rows("synthetic_math", "train", 32, 3, {"difficulties": [1]})
-    pairs_file.write_text("".join(json.dumps(p) + "\n" for p in padded_pairs(rows, padding=1)))
+    pairs_file = padded_pairs_file(tmp_path / "pairs.jsonl", 32, 3)
     chosen_logps = {}
     for weight in (0.0, 1.0):
         out_dir = tmp_path / f"sft_weight_{weight}"
         out_dir.mkdir()
-        inputs = {"model": str(tiny_model), "pairs": {"path": str(pairs_file)}}
+        inputs = {"model": str(tiny_model), "pairs": {"path": pairs_file}}
         cfg = dpo.DPOConfig(name="d", max_steps=6, per_device_batch_size=8, learning_rate=1e-3, max_length=256,
                             save_steps=1000, length_probe=0, sft_weight=weight, **inputs)
         chosen_logps[weight] = dpo.run(cfg, StageContext.local(out_dir, inputs)).metrics["dpo/logps_chosen"]
