@@ -9,8 +9,10 @@ so the workers finish together. Not the default yet: it has not had a whole gree
 first one under extra load timed a math verifier out; one at 1a95df1 timed the browser test's form
 navigation out, chromium sharing the 2 cores with the other worker)."""
 
+import contextlib
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -30,7 +32,10 @@ if _WORKER:  # the cores split between the workers; stage workers and engines in
     os.environ["OMP_NUM_THREADS"] = str(_threads)
 os.environ["POSTTRAIN_HOME"] = str(_HOME)
 os.environ["PREFECT_HOME"] = str(_HOME / "prefect")
-os.environ.pop("MLFLOW_TRACKING_URI", None)
+# What configure_environment derives from the home (with setdefault): an xdist worker inherits the
+# controller's values, which would point it at the controller's home (its Prefect results too).
+for _derived in ("MLFLOW_TRACKING_URI", "PREFECT_LOCAL_STORAGE_PATH"):
+    os.environ.pop(_derived, None)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipeline.store.home import configure_environment  # noqa: E402
@@ -153,6 +158,19 @@ def parent_pid(proc: Path) -> int | None:
         return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError):
         return None
+
+
+@contextlib.contextmanager
+def paused(stage_dir: Path):
+    """The stage's worker (its whole process group) stopped while the block runs, then continued:
+    a fault injected in the block lands mid-stage however fast the machine trains, so a test needs
+    no long stage to keep the worker busy while it acts."""
+    worker = int((stage_dir / "worker.pid").read_text())
+    os.killpg(worker, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(worker, signal.SIGCONT)
 
 
 TINY_MODELS = ("tiny-qwen3", "tiny-qwen3-student")  # what the tiny profile's recipes load
