@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import POSTTRAIN, REPO, cli_env, run_cli
+from tests.conftest import POSTTRAIN, REPO, cli_env, paused, run_cli
 
 pytestmark = pytest.mark.slow
 QUICK = ["--set", "stages.cold_start.max_steps=3", "--set", "stages.polish.max_steps=3", "--set", "eval=null"]
@@ -217,7 +217,7 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
     home, port = tmp_path / "home", free_port()
     uri = f"http://127.0.0.1:{port}"
     env = {**cli_env(home), "MLFLOW_TRACKING_URI": uri}
-    args = ["run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=300",
+    args = ["run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=40",
             "--set", "stages.cold_start.save_steps=1000", "--set", "eval=null"]
     server = _mlflow_server(tmp_path, port)
     try:
@@ -227,13 +227,14 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
             run = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
         progress = _wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial/progress.json"), None)
                              if (home / "stages" / "smoke").exists() else None, 240, "the stage's first steps")
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+        with paused(progress.parent):  # the server dies while the stage has most of its steps to go
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
         assert run.wait(timeout=600) == 1
         out = log.read_text()
         assert f"the MLflow tracking server at {uri} does not answer" in out, out[-3000:]
         published = progress.parent.with_suffix("")
-        assert json.loads((published / "result.json").read_text())["metrics"]["train/global_step"] == 300
+        assert json.loads((published / "result.json").read_text())["metrics"]["train/global_step"] == 40
         spooled = [json.loads(line)["step"] for line in (published / mlflow_runs.SPOOL).read_text().splitlines()]
         first = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
         assert first["status"] == "failed" and spooled
