@@ -1,13 +1,12 @@
 """Test set-up: every test session (every xdist worker) gets its own POSTTRAIN_HOME (and so its own
 Prefect home, MLflow store and model cache) before Prefect or MLflow is imported.
 
-Two xdist workers (`make test PYTEST_ARGS="-n 2 --dist loadgroup --no-loadscope-reorder"`): most of
-the suite's time is one-threaded (a tiny model's steps are Python overhead; processes start, import
-and wait on servers), so two workers, each with an explicit budget of half the cores, can do nearly
-twice the work. Tests stay together by file (their module fixtures run once), heaviest files first
-so the workers finish together. Not the default yet: it has not had a whole green run here (a
-first one under extra load timed a math verifier out; one at 1a95df1 timed the browser test's form
-navigation out, chromium sharing the 2 cores with the other worker)."""
+Two xdist workers (`make test PYTEST_ARGS="-n 2 --dist loadgroup --no-loadscope-reorder"`), each
+with an explicit budget of half the cores; tests stay together by file (their module fixtures run
+once), heaviest files first so the workers finish together. Not the default: its first whole green
+run here took 30:07 against the serial 35:06 (benchmarks/RESULTS.md, "What one stage's worker
+process costs"), 1.17x, because the suite is CPU-bound (each test took 1.5-2x as long beside the
+other worker), and it runs every timing check on half a machine."""
 
 import contextlib
 import os
