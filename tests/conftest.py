@@ -165,7 +165,10 @@ def paused(stage_dir: Path):
     a fault injected in the block lands mid-stage however fast the machine trains, so a test needs
     no long stage to keep the worker busy while it acts."""
     worker = int((stage_dir / "worker.pid").read_text())
-    os.killpg(worker, signal.SIGSTOP)
+    try:
+        os.killpg(worker, signal.SIGSTOP)
+    except ProcessLookupError:
+        raise AssertionError(f"{stage_dir.name}'s worker ended before it could be paused: give it more steps") from None
     try:
         yield
     finally:

@@ -217,7 +217,7 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
     home, port = tmp_path / "home", free_port()
     uri = f"http://127.0.0.1:{port}"
     env = {**cli_env(home), "MLFLOW_TRACKING_URI": uri}
-    args = ["run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=40",
+    args = ["run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=100",
             "--set", "stages.cold_start.save_steps=1000", "--set", "eval=null"]
     server = _mlflow_server(tmp_path, port)
     try:
@@ -234,7 +234,7 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
         out = log.read_text()
         assert f"the MLflow tracking server at {uri} does not answer" in out, out[-3000:]
         published = progress.parent.with_suffix("")
-        assert json.loads((published / "result.json").read_text())["metrics"]["train/global_step"] == 40
+        assert json.loads((published / "result.json").read_text())["metrics"]["train/global_step"] == 100
         spooled = [json.loads(line)["step"] for line in (published / mlflow_runs.SPOOL).read_text().splitlines()]
         first = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
         assert first["status"] == "failed" and spooled

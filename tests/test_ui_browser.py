@@ -294,7 +294,7 @@ def test_a_prefect_server_that_goes_away_mid_stage_loses_no_work_and_serve_exits
     env.pop("PREFECT_API_URL", None)
     before = set((home / "runs").glob("*.json"))
     log = tmp_path / "run.log"
-    run = subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=40",
+    run = subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=100",
                             "--set", "stages.cold_start.save_steps=1000", "--set", "eval=null"],
                            cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -322,7 +322,7 @@ def test_a_prefect_server_that_goes_away_mid_stage_loses_no_work_and_serve_exits
     assert run.wait(timeout=600) == 0, log.read_text()[-3000:]
     out = log.read_text()
     assert f"completed, but the Prefect API at {uis['prefect']}/api does not answer" in out, out[-3000:]
-    assert json.loads((published / "result.json").read_text())["metrics"]["train/global_step"] == 40, out[-3000:]
+    assert json.loads((published / "result.json").read_text())["metrics"]["train/global_step"] == 100, out[-3000:]
     dead = record()
     assert dead["status"] == "completed" and dead["services_closed"] is False
 
