@@ -4,9 +4,10 @@ Prefect home, MLflow store and model cache) before Prefect or MLflow is imported
 Two xdist workers (`make test PYTEST_ARGS="-n 2 --dist loadgroup --no-loadscope-reorder"`), each
 with an explicit budget of half the cores; tests stay together by file (their module fixtures run
 once), heaviest files first so the workers finish together. Not the default: its first whole green
-run here took 30:07 against the serial 35:06 (benchmarks/RESULTS.md, "What one stage's worker
-process costs"), 1.17x, because the suite is CPU-bound (each test took 1.5-2x as long beside the
-other worker), and it runs every timing check on half a machine."""
+run here took 30:07 against a serial 35:06 from earlier that day (benchmarks/RESULTS.md, "What one
+stage's worker process costs"; the machine's speed drifted by up to 1.3x that day), far from 2x:
+the suite is mostly CPU-bound (heavy tests took 1.5-2x as long beside the other worker), and the
+mode runs every timing check on half a machine."""
 
 import contextlib
 import os
