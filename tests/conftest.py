@@ -30,15 +30,13 @@ os.environ[_HOME_VAR] = str(_HOME)
 if _WORKER:  # the cores split between the workers; stage workers and engines inherit the budget
     _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     os.environ["OMP_NUM_THREADS"] = str(_threads)
-os.environ["POSTTRAIN_HOME"] = str(_HOME)
-os.environ["PREFECT_HOME"] = str(_HOME / "prefect")
-# What configure_environment derives from the home (with setdefault): an xdist worker inherits the
-# controller's values, which would point it at the controller's home (its Prefect results too).
-for _derived in ("MLFLOW_TRACKING_URI", "PREFECT_LOCAL_STORAGE_PATH"):
-    os.environ.pop(_derived, None)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipeline.store.home import configure_environment  # noqa: E402
+from pipeline.store.home import configure_environment, home_settings  # noqa: E402
+
+# Set, not defaulted: an xdist worker inherits the controller's values, which would point it at the
+# controller's home (its Prefect results, the stage cache, too).
+os.environ.update(POSTTRAIN_HOME=str(_HOME), **home_settings(_HOME))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 configure_environment()
 REPO = Path(__file__).resolve().parent.parent
@@ -141,9 +139,7 @@ def cli_env(home: Path | None = None, seeded: bool = True) -> dict:
     if home is not None:
         if seeded and not home.exists():
             seed_home(home)
-        env.update(POSTTRAIN_HOME=str(home), PREFECT_HOME=str(home / "prefect"),
-                   PREFECT_LOCAL_STORAGE_PATH=str(home / "prefect" / "storage"),
-                   MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}")
+        env.update(POSTTRAIN_HOME=str(home), **home_settings(home))
     return env
 
 

@@ -32,14 +32,21 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home() / 'mlflow.db'}"
 
 
+def home_settings(root: Path) -> dict[str, str]:
+    """Where Prefect and MLflow keep their state for the home `root` (Prefect's persisted task
+    results are the stage cache)."""
+    return {"PREFECT_HOME": str(root / "prefect"), "PREFECT_LOCAL_STORAGE_PATH": str(root / "prefect" / "storage"),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
+
+
 def configure_environment() -> None:
     """Point Prefect and MLflow at POSTTRAIN_HOME unless the user has pointed them elsewhere."""
     root = home()
     root.mkdir(parents=True, exist_ok=True)
     keep_import_scans_in(root / "cache" / "imports")
     keep_conversions_in(root / "cache")  # one generation-engine conversion per model
-    os.environ.setdefault("PREFECT_HOME", str(root / "prefect"))
-    os.environ.setdefault("MLFLOW_TRACKING_URI", tracking_uri())
+    for name, value in home_settings(root).items():
+        os.environ.setdefault(name, value)
     # A tracking server that does not answer is known in seconds, not after MLflow's default of
     # seven retries with backoff; training spools its step metrics meanwhile (tracking.step_logger)
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
@@ -47,9 +54,8 @@ def configure_environment() -> None:
     # Likewise Prefect: two retries (2 s, 4 s) instead of five (about a minute of backoff per call)
     # before a run says its Prefect API went away; finished stages are published either way.
     os.environ.setdefault("PREFECT_CLIENT_MAX_RETRIES", "2")
-    # Stage results are what the cache stores; keep them with the rest of the state.
+    # Stage results are what the cache stores; they are kept in the home (home_settings).
     os.environ.setdefault("PREFECT_RESULTS_PERSIST_BY_DEFAULT", "true")
-    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(root / "prefect" / "storage"))
     # Never reach a model hub by surprise: a hub id must already be in the local cache (validation
     # checks it). Export HF_HUB_OFFLINE=0 to let a run download (the gpu profile's first run).
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
