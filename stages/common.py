@@ -116,8 +116,10 @@ class GenerationSpec(Strict):
 
 
 # Held-out metrics kept per prompt, so a change can be a paired comparison (pipeline.gates): the
-# metric, and its key in a stage's eval_scores.json.
-PAIRED_METRICS = {"eval/accuracy": "accuracy", "eval/format_rate": "format", "eval/completion_tokens_mean": "tokens"}
+# metric, and its key in a stage's eval_scores.json. Sampled pass@1 (the R1 paper's protocol) is
+# kept only by evaluations with `samples`, so its change exists only where both sides sampled.
+PAIRED_METRICS = {"eval/accuracy": "accuracy", "eval/format_rate": "format", "eval/completion_tokens_mean": "tokens",
+                  "eval/pass@1": "pass@1"}
 
 
 class GateSpec(Strict):

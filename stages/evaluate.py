@@ -109,9 +109,11 @@ class Evaluation(NamedTuple):
     scores: dict[str, list]  # per prompt, in row order: id, accuracy, format, tokens
 
 
-def sampled_metrics(rows: list[dict], sampled: list[list[str]], spec: EvalSpec) -> dict[str, float]:
+def sampled_metrics(rows: list[dict], sampled: list[list[str]],
+                    spec: EvalSpec) -> tuple[dict[str, float], list[float | None]]:
     """pass@1 and pass@k (unbiased, Chen et al. 2021) over `spec.samples` samples per prompt; maj@k
-    for math rows (the most common extracted answer)."""
+    for math rows (the most common extracted answer). Also each prompt's pass@1 (its share of
+    correct samples; None when no sample could be judged), in row order, for paired changes."""
     rules = spec.answer_rules()
     per_row = [score_rows([row] * len(cs), cs, **rules) for row, cs in zip(rows, sampled)]
     judged = [(row, cs, s) for row, cs, s in zip(rows, sampled, per_row) if any(x is not None for x in s)]
@@ -120,6 +122,8 @@ def sampled_metrics(rows: list[dict], sampled: list[list[str]], spec: EvalSpec) 
     for at in sorted({1, k}):
         with_interval(out, f"eval/pass@{at}", mean_interval(
             [pass_at_k(len(s), sum(x == 1.0 for x in s), at) for _, _, s in judged]))
+    pass1 = [pass_at_k(len(s), sum(x == 1.0 for x in s), 1) if any(x is not None for x in s) else None
+             for s in per_row]
     majority = []
     for row, cs, s in judged:
         if row["verifier"] == "math":
@@ -128,7 +132,7 @@ def sampled_metrics(rows: list[dict], sampled: list[list[str]], spec: EvalSpec) 
             majority.append(majority_correct(answers, s))
     if majority:
         with_interval(out, f"eval/maj@{k}", rate_interval([m if m is not None else 0.0 for m in majority]))
-    return out
+    return out, pass1
 
 
 def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code: bool = False,
@@ -160,7 +164,8 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
         sampled = engine.texts(prompts, SamplingSpec(
             max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
             n=spec.samples, batch_size=max(1, spec.batch_size // spec.samples)), progress=True)
-        metrics.update(sampled_metrics(rows, sampled, spec))
+        sampled_out, pass1 = sampled_metrics(rows, sampled, spec)
+        metrics.update(sampled_out)
         metrics["eval/pass@1_sampled"] = metrics["eval/pass@1"]  # the name earlier runs logged
     if spec.modes:
         metrics.update(mode_metrics(engine, rows, spec, spec.modes))
@@ -172,6 +177,8 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     table = [{"id": r["id"], "prompt": r["prompt"][-1]["content"], "gold": r["answer"], "completion": c,
               "score": s} for r, c, s in list(zip(rows, greedy, scores))[:spec.table_rows]]
     per_prompt = {"id": [r["id"] for r in rows], "accuracy": scores, "format": formats, "tokens": tokens}
+    if spec.samples:
+        per_prompt["pass@1"] = pass1
     return Evaluation(metrics, table, per_prompt)
 
 
