@@ -171,3 +171,57 @@ def test_lora_adapters_are_merged_into_a_plain_model(tmp_path, tiny_model, zero3
     changed = [k for k in saved if not torch.equal(saved[k].float(), before[k].float())]
     assert changed and all("proj" in k for k in changed), "the merge changed the adapted projections only"
     AutoModelForCausalLM.from_pretrained(str(model_dir))  # loads as a plain model
+
+
+
+def test_a_warm_worker_is_set_up_as_a_launched_one(tmp_path, monkeypatch):
+    """Forked from the warm server (pipeline.launch.warm), a worker still finds the ML stack
+    imported, leads its own session, has exactly the stage's environment, the working directory,
+    the thread budget and its log, and its exit status comes back as Popen's would: a code, a
+    traceback's 1, a signal's negative number."""
+    from pipeline.launch import warm
+
+    monkeypatch.chdir(REPO / "tests")  # where `warm_target` is found, as `python -m` would find it
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "POSTTRAIN_CHECK": "42"}
+    env.pop("HOME", None)
+    log = tmp_path / "worker.log"
+    report = tmp_path / "report.json"
+    proc = warm.launch([str(report)], log, env, module="warm_target")
+    assert proc.wait(timeout=300) == 3 and proc.poll() == 3
+    seen = json.loads(report.read_text())
+    assert seen["preloaded"] and seen["sid"] == seen["pid"] == proc.pid
+    assert seen["env"] == env and seen["cwd"] == str(REPO / "tests") and seen["threads"] == 1
+    assert seen["argv"][1:] == [str(report)] and "hello from the warm worker" in log.read_text()
+
+    raised = warm.launch([str(report), "raise"], log, env, module="warm_target")
+    assert raised.wait(timeout=60) == 1 and "ValueError: a worker that fails" in log.read_text()
+    assert warm.launch([str(report), "signal"], log, env, module="warm_target").wait(timeout=60) == -signal.SIGKILL
+
+
+def test_stopping_a_warm_worker_stops_its_whole_group(tmp_path, monkeypatch):
+    """What the supervisor does on a timeout, a failed check or a cancelled flow (kill_group), done
+    to a forked worker: it and the process it started end."""
+    from pipeline.launch import warm
+    from pipeline.launch.processes import kill_group
+
+    monkeypatch.chdir(REPO / "tests")
+    report = tmp_path / "report.json"
+    proc = warm.launch([str(report), "sleep"], tmp_path / "worker.log", dict(os.environ), module="warm_target")
+    _wait_for(lambda: report.exists() and _group(proc.pid) >= 2, 300, "the worker and its sleep")
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.1)
+    kill_group(proc, grace_s=5)
+    assert proc.returncode == -signal.SIGTERM
+    _wait_for(lambda: _group(proc.pid) == 0, 10, "the group to end")
+
+
+def _group(pgid: int) -> int:
+    """Live processes in process group `pgid`."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        count += int(fields[2]) == pgid and fields[0] != "Z"
+    return count

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
+from pipeline.launch import warm
 from pipeline.launch.nodes import deepspeed_command, posted_launch, write_hostfile
 from pipeline.launch.processes import die_with_parent, kill_group
 from pipeline.launch.rollout_server import LOG_NAME, ServerFailed, gpu_split, rollout_server, server_command
@@ -91,7 +92,9 @@ def run_worker(spec_path: Path, launch: LaunchSpec, log_path: Path, env: dict[st
             cmd = _beside_server(spec_path, launch, spec, out_dir, full_env, stack, checks)
         else:
             cmd = worker_command(spec_path, launch)
-        _supervise(cmd, launch, out_dir, log_path, full_env, checks, on_progress)
+        # One plain worker process: forked warm (pipeline.launch.warm) where that applies
+        fork = spec_path if launch.mode == "subprocess" and not checks and warm.enabled() else None
+        _supervise(cmd, launch, out_dir, log_path, full_env, checks, on_progress, fork)
 
 
 def _multi_node(spec_path: Path, launch: LaunchSpec, out_dir: Path, env: dict[str, str], full_env: dict[str, str],
@@ -138,13 +141,15 @@ def visible_gpus() -> int:
 
 
 def _supervise(cmd: list[str], launch: LaunchSpec, out_dir: Path, log_path: Path, full_env: dict[str, str],
-               checks: list[Callable[[], str | None]], on_progress: Callable[[dict], None] | None) -> None:
-    """Run `cmd` in its own process group until it exits, a check reports a problem, or the timeout."""
+               checks: list[Callable[[], str | None]], on_progress: Callable[[dict], None] | None,
+               warm_spec: Path | None = None) -> None:
+    """Run `cmd` in its own process group until it exits, a check reports a problem, or the timeout;
+    with `warm_spec`, the same worker forked from the warm server instead of a fresh interpreter."""
     with open(log_path, "ab") as log:
-        log.write(f"$ {' '.join(cmd)}\n".encode())
+        log.write(f"$ {' '.join(cmd)}{'  (forked from the warm worker server)' if warm_spec else ''}\n".encode())
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True, preexec_fn=die_with_parent)
+        proc = warm.launch([str(warm_spec)], log_path, full_env) if warm_spec else subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True, preexec_fn=die_with_parent)
     (out_dir / "worker.pid").write_text(str(proc.pid))
     started, last_progress = time.time(), None
     try:

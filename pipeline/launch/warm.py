@@ -1,0 +1,220 @@
+"""Warm workers: a stage's worker forked from a server that has already imported the ML stack.
+
+A fresh `python -m pipeline.worker` spends 9-11 s on a 2-core machine importing torch, transformers,
+TRL, peft, datasets and DeepSpeed before its first step (benchmarks/RESULTS.md, "What one stage's
+worker process costs"); a recipe starts one per stage (r1: 10), and the test suite about a hundred.
+So a flow process keeps one warm server (`python -m pipeline.launch.warm`, a child that dies with
+it) which imports that stack once, then forks a worker per stage in milliseconds. A forked worker
+is set up as a launched one would be: its own session (one killpg stops it and all it starts), its
+output appended to the stage's log, the stage's environment and working directory, the thread
+budget applied explicitly (OpenMP read OMP_NUM_THREADS when the server loaded it), death with the
+server, which ends within seconds of the flow. The server reports each worker's pid, then its exit status
+(negative: killed by that signal), as subprocess.Popen does.
+
+Only third-party modules are preloaded, never posttrain's own: a worker imports posttrain's code
+as it is on disk when its stage starts, as a fresh interpreter would. CPU machines only: a forked
+child must not inherit a CUDA state, and DeepSpeed probes the accelerator as it is imported, so on
+a machine with GPUs (or when `POSTTRAIN_WARM_WORKERS=0`) workers start as fresh interpreters. Only
+single-process launches are forked; DeepSpeed's launcher starts its ranks itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from pipeline.launch.processes import die_with_parent
+
+# What a worker imports before its first step (stages/*.py): the trainers pull in transformers'
+# Trainer, peft, accelerate and DeepSpeed. ImportError is skipped (an optional extra not installed).
+PRELOAD = ("torch", "transformers", "datasets", "peft", "trl.trainer.sft_trainer", "trl.trainer.grpo_trainer",
+           "trl.trainer.dpo_trainer", "trl.trainer.reward_trainer")
+ENV_SWITCH = "POSTTRAIN_WARM_WORKERS"  # "0": every worker a fresh interpreter
+START_TIMEOUT_S = 300.0  # the server's imports, on a loaded machine
+
+
+def enabled() -> bool:
+    """Warm workers apply here: not switched off, and no GPU device on the machine."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return False
+    return not glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/kfd")
+
+
+class WarmProcess:
+    """A forked worker, seen through the part of subprocess.Popen the supervisor uses."""
+
+    def __init__(self, conn: socket.socket, pid: int):
+        self._conn, self.pid, self.returncode = conn, pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._conn], [], [], 0)[0]:
+            self._read_status()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not select.select([self._conn], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(f"warm worker {self.pid}", timeout)
+            self._read_status()
+        return self.returncode
+
+    def _read_status(self) -> None:
+        line = _read_line(self._conn)
+        # No status: the server itself went away, and the worker with it (it dies with the server).
+        self.returncode = int(line) if line else -9
+        self._conn.close()
+
+
+class _Server:
+    """The flow process's warm server: started once, on first use, shared by its threads."""
+    lock = threading.Lock()
+    proc: subprocess.Popen | None = None
+    address: str | None = None
+
+
+def start_server() -> str:
+    """The server's socket address, starting it if needed (returns once it listens; the preload
+    may still run, and the first fork waits for it)."""
+    with _Server.lock:
+        if _Server.proc is not None and _Server.proc.poll() is None:
+            return _Server.address
+        address = f"\0posttrain-warm-{os.getpid()}-{time.monotonic_ns()}"  # abstract: no file to clean up
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(address)
+        listener.listen(16)
+        try:  # its own output is the preload's import noise; each worker's goes to the stage's log
+            _Server.proc = subprocess.Popen([sys.executable, "-m", "pipeline.launch.warm", str(listener.fileno())],
+                                            pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            listener.close()  # the server holds its own copy
+        _Server.address = address
+        return address
+
+
+def launch(argv: list[str], log_path: Path, env: dict[str, str], module: str = "pipeline.worker") -> WarmProcess:
+    """Fork `python -m <module> <argv>` (its `main(argv)`) from the warm server, in this process's
+    working directory, output appended to `log_path`, with exactly `env` as its environment."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(start_server())
+    request = {"module": module, "argv": argv, "log": str(log_path), "env": env, "cwd": os.getcwd()}
+    conn.sendall(json.dumps(request).encode() + b"\n")
+    ready, _, _ = select.select([conn], [], [], START_TIMEOUT_S)
+    line = _read_line(conn) if ready else ""
+    if not line:
+        conn.close()
+        raise RuntimeError(f"the warm worker server did not fork a worker within {START_TIMEOUT_S:.0f} s; "
+                           f"set {ENV_SWITCH}=0 to start workers as fresh interpreters")
+    return WarmProcess(conn, int(line))
+
+
+def _read_line(conn: socket.socket) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(64)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode().strip()
+
+
+# ---- the server process -------------------------------------------------------------------------
+
+def serve(listener: socket.socket) -> None:
+    """Preload, then fork one worker per request; tell each requester its worker's pid and, when it
+    ends, its exit status. Runs until the flow process (its parent) is gone."""
+    # Not PR_SET_PDEATHSIG: it fires when the *thread* that started the server ends, and the flow
+    # launches stages from task threads that come and go. The server watches its parent instead.
+    flow = os.getppid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the flow's to handle (it stops the workers)
+    for name in PRELOAD:
+        with contextlib.suppress(Exception):  # one that fails here is imported, and fails, in the worker
+            importlib.import_module(name)
+    waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the requester's connection)
+    while True:
+        ready, _, _ = select.select([listener, *waiting], [], [], 2.0)
+        if os.getppid() != flow:  # the flow is gone; each worker dies with this process (its PDEATHSIG)
+            return
+        for fd in ready:
+            if fd is listener:
+                conn, _ = listener.accept()
+                pid = _fork_worker(json.loads(_read_line(conn)), listener, conn, waiting)
+                conn.sendall(f"{pid}\n".encode())
+                waiting[os.pidfd_open(pid)] = (pid, conn)
+            else:
+                pid, conn = waiting.pop(fd)
+                os.close(fd)
+                _, status = os.waitpid(pid, 0)
+                with contextlib.suppress(OSError):  # the flow stopped listening
+                    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                conn.close()
+
+
+def _fork_worker(request: dict, listener: socket.socket, conn: socket.socket, waiting: dict) -> int:
+    """Fork the worker; returns its pid once it leads its own session, so that a killpg of that pid
+    reaches it from the moment the flow learns the pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    started_r, started_w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(started_w)
+        os.read(started_r, 1)  # empty if it died first: its exit status tells
+        os.close(started_r)
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        die_with_parent()
+        os.close(started_r)
+        os.write(started_w, b"1")
+        os.close(started_w)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        listener.close()
+        conn.close()
+        for fd, (_, other) in waiting.items():
+            os.close(fd)
+            other.close()
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        if "torch" in sys.modules:  # OpenMP read its thread count when the server imported torch
+            sys.modules["torch"].set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+        sys.path[0] = request["cwd"]  # as `python -m` puts the working directory first
+        module = importlib.import_module(request["module"])
+        sys.argv = [module.__file__, *request["argv"]]
+        code = module.main(request["argv"])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            import atexit
+
+            atexit._run_exitfuncs()  # what an interpreter's exit runs (scoring pools close, MLflow flushes)
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    serve(socket.socket(fileno=int(sys.argv[1])))
