@@ -51,13 +51,13 @@ def interval(metrics: dict, key: str) -> str:
 def stage_table(stages: list[dict]) -> str:
     """Greedy accuracy per stage; with `eval.samples` set, also the R1 paper's sampled pass@1 (k
     samples at temperature 0.6) and its paired change, where the input model was sampled too."""
-    sampled = any("eval/pass@1" in (s.get("metrics") or {}) for s in stages)
+    sampled = any("eval/pass_at_1" in (s.get("metrics") or {}) for s in stages)
     extra = ("sampled pass@1 [95%]", "change vs its input [95%]") if sampled else ()
     lines = [table_header("stage", "kind", "status", "seconds", "held-out accuracy [95%]", "change vs its input [95%]",
                           *extra)]
     for s in stages:
         m = s.get("metrics") or {}
-        more = (interval(m, "eval/pass@1"), interval(m, "change/eval/pass@1")) if sampled else ()
+        more = (interval(m, "eval/pass_at_1"), interval(m, "change/eval/pass_at_1")) if sampled else ()
         lines.append(table_row(s["name"], s["kind"], s["status"], f"{s.get('duration_s', 0):.0f}",
                                interval(m, "eval/accuracy"), interval(m, "change/eval/accuracy"), *more))
     return "\n".join(lines)

@@ -102,7 +102,7 @@ def change_metrics(after: dict | None, before: dict | None) -> dict[str, float]:
     pairs = [(index[row_id], j) for j, row_id in enumerate(after["id"]) if row_id in index]
     out: dict[str, float] = {}
     for metric, key in PAIRED_METRICS.items():
-        if key not in before or key not in after:  # pass@1: kept only by sampled evaluations
+        if key not in before or key not in after:  # pass_at_1: kept only by sampled evaluations
             continue
         c = paired_change([before[key][i] for i, _ in pairs], [after[key][j] for _, j in pairs])
         out[CHANGE + metric] = c.pop("delta")

@@ -119,7 +119,7 @@ class GenerationSpec(Strict):
 # metric, and its key in a stage's eval_scores.json. Sampled pass@1 (the R1 paper's protocol) is
 # kept only by evaluations with `samples`, so its change exists only where both sides sampled.
 PAIRED_METRICS = {"eval/accuracy": "accuracy", "eval/format_rate": "format", "eval/completion_tokens_mean": "tokens",
-                  "eval/pass@1": "pass@1"}
+                  "eval/pass_at_1": "pass_at_1"}
 
 
 class GateSpec(Strict):

@@ -4,7 +4,8 @@ Greedy decoding on the recipe's held-out eval set (the same prompts for every st
 row's verifier, with answers read where the recipe's rules put them (`EvalSpec.answer_rules`);
 optionally `samples` sampled completions per prompt at the R1 paper's evaluation settings
 (temperature 0.6, top-p 0.95) for pass@1 and pass@k (Chen et al.'s unbiased estimator) and, for math,
-maj@k; optionally accuracy per thinking mode and per thinking budget, with a budget curve
+maj@k, logged as `eval/pass_at_1`, `eval/pass_at_<k>`, `eval/maj_at_<k>` (MLflow refuses `@` in a
+name); optionally accuracy per thinking mode and per thinking budget, with a budget curve
 (stages/eval_modes.py).
 
 Every rate carries its 95% Wilson interval and every mean a bootstrap one (`<metric>_lo`, `_hi`, and
@@ -120,7 +121,7 @@ def sampled_metrics(rows: list[dict], sampled: list[list[str]],
     k = spec.samples
     out: dict[str, float] = {}
     for at in sorted({1, k}):
-        with_interval(out, f"eval/pass@{at}", mean_interval(
+        with_interval(out, f"eval/pass_at_{at}", mean_interval(
             [pass_at_k(len(s), sum(x == 1.0 for x in s), at) for _, _, s in judged]))
     pass1 = [pass_at_k(len(s), sum(x == 1.0 for x in s), 1) if any(x is not None for x in s) else None
              for s in per_row]
@@ -131,7 +132,7 @@ def sampled_metrics(rows: list[dict], sampled: list[list[str]],
                        else None for c in cs]
             majority.append(majority_correct(answers, s))
     if majority:
-        with_interval(out, f"eval/maj@{k}", rate_interval([m if m is not None else 0.0 for m in majority]))
+        with_interval(out, f"eval/maj_at_{k}", rate_interval([m if m is not None else 0.0 for m in majority]))
     return out, pass1
 
 
@@ -166,7 +167,6 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
             n=spec.samples, batch_size=max(1, spec.batch_size // spec.samples)), progress=True)
         sampled_out, pass1 = sampled_metrics(rows, sampled, spec)
         metrics.update(sampled_out)
-        metrics["eval/pass@1_sampled"] = metrics["eval/pass@1"]  # the name earlier runs logged
     if spec.modes:
         metrics.update(mode_metrics(engine, rows, spec, spec.modes))
     if spec.budgets:
@@ -178,11 +178,11 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
               "score": s} for r, c, s in list(zip(rows, greedy, scores))[:spec.table_rows]]
     per_prompt = {"id": [r["id"] for r in rows], "accuracy": scores, "format": formats, "tokens": tokens}
     if spec.samples:
-        per_prompt["pass@1"] = pass1
+        per_prompt["pass_at_1"] = pass1
     return Evaluation(metrics, table, per_prompt)
 
 
-SWEEP_PREFIXES = ("eval/mode/", "eval/budget/", "eval/pass@", "eval/maj@")
+SWEEP_PREFIXES = ("eval/mode/", "eval/budget/", "eval/pass_at_", "eval/maj_at_")
 
 
 def reference_spec(spec: EvalSpec, gate_metric: str | None = None) -> EvalSpec:

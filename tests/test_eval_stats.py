@@ -149,13 +149,13 @@ def test_sampled_pass_at_1_is_kept_per_prompt_and_paired_only_where_both_sampled
     rows = [dict(MATH, id="a"), dict(MATH, id="b")]
     texts = [["\\boxed{7}", "\\boxed{7}", "\\boxed{8}", "\\boxed{7}"], ["\\boxed{1}"] * 4]
     metrics, pass1 = sampled_metrics(rows, texts, EvalSpec(samples=4))
-    assert pass1 == [0.75, 0.0] and metrics["eval/pass@1"] == pytest.approx(0.375)
-    before = {**scores_file(["a", "b"], [1.0, 0.0]), "pass@1": pass1}
-    after = {**scores_file(["b", "a"], [0.0, 1.0]), "pass@1": [0.5, 1.0]}
+    assert pass1 == [0.75, 0.0] and metrics["eval/pass_at_1"] == pytest.approx(0.375)
+    before = {**scores_file(["a", "b"], [1.0, 0.0]), "pass_at_1": pass1}
+    after = {**scores_file(["b", "a"], [0.0, 1.0]), "pass_at_1": [0.5, 1.0]}
     m = change_metrics(after, before)
-    assert m["change/eval/pass@1"] == pytest.approx((0.25 + 0.5) / 2) and m["change/eval/pass@1_n"] == 2
-    assert "change/eval/pass@1_p" not in m  # shares, not 0/1 scores: a paired bootstrap, no McNemar
-    assert "change/eval/pass@1" not in change_metrics(scores_file(["a", "b"], [1.0, 1.0]), before)
+    assert m["change/eval/pass_at_1"] == pytest.approx((0.25 + 0.5) / 2) and m["change/eval/pass_at_1_n"] == 2
+    assert "change/eval/pass_at_1_p" not in m  # shares, not 0/1 scores: a paired bootstrap, no McNemar
+    assert "change/eval/pass_at_1" not in change_metrics(scores_file(["a", "b"], [1.0, 1.0]), before)
 
 
 def test_a_gate_can_ask_for_a_significant_change():

@@ -200,3 +200,22 @@ def test_the_unlimited_budget_is_the_greedy_pass_not_a_second_one(fusion_run, he
     assert budgets_run == [None, 8]  # the greedy pass, then budget 8; no third pass for unlimited
     assert metrics["eval/budget/unlimited/accuracy"] == metrics["eval/accuracy"]
     assert metrics["eval/budget/unlimited/truncated_share"] == 0
+
+
+def test_every_evaluation_metric_is_a_name_mlflow_takes(fusion_run, held_out, tmp_path):
+    """All passes at once (greedy, k samples, modes, budgets) on a fused model, logged to a real
+    MLflow store as a stage's metrics are: a name MLflow refuses (`eval/pass@1` was one) fails
+    the run at its end, after all the compute."""
+    import mlflow
+
+    from stages.evaluate import EvalSpec, evaluate
+
+    model = str(Path(fusion_run["fusion"]["output_dir"]) / "model")
+    spec = EvalSpec(max_new_tokens=16, samples=2, modes=["think", "no_think"], budgets=[0, 8, None])
+    done = evaluate(model, spec, held_out[:4])
+    assert {"eval/pass_at_1", "eval/pass_at_2", "eval/maj_at_2", "eval/mode/no_think/accuracy"} <= set(done.metrics)
+    assert len(done.scores["pass_at_1"]) == 4
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.create_run(client.create_experiment("names"))
+    client.log_batch(run.info.run_id, metrics=[mlflow.entities.Metric(k, float(v), 0, 0) for k, v in done.metrics.items()])
+    assert set(client.get_run(run.info.run_id).data.metrics) == set(done.metrics)

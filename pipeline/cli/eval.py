@@ -12,7 +12,7 @@ its samples table. With two or more models, every model after the first is compa
 prompt by prompt (a paired interval of the change: Newcombe's for 0/1 scores, a bootstrap otherwise; McNemar's p for 0/1 scores).
 
 Names follow lighteval / lm-evaluation-harness where they have one (`acc` is our `accuracy`, the
-interval bounds are `_lo` / `_hi` beside the metric, `pass@k`, `maj@k`); those tools cannot load
+interval bounds are `_lo` / `_hi` beside the metric, `pass_at_k`, `maj_at_k`); those tools cannot load
 their datasets offline here, which is why this command exists.
 """
 
@@ -122,9 +122,9 @@ def main_table(results: list[dict], paired: list[dict]) -> str:
     from pipeline.store.runs import grid, with_interval
 
     keys = ["eval/accuracy", "eval/format_rate", "eval/completion_tokens_mean"]
-    keys += sorted({k for r in results for k in r["metrics"] if k.startswith(("eval/pass@", "eval/maj@", "eval/mode/",
+    keys += sorted({k for r in results for k in r["metrics"] if k.startswith(("eval/pass_at_", "eval/maj_at_", "eval/mode/",
                                                                                "eval/budget/")) and k.endswith("accuracy")
-                    or k.startswith(("eval/pass@", "eval/maj@")) and not k.endswith(("_lo", "_hi", "_n", "_sampled"))})
+                    or k.startswith(("eval/pass_at_", "eval/maj_at_")) and not k.endswith(("_lo", "_hi", "_n"))})
     rows = [["model", "n", *[k.removeprefix("eval/") for k in keys], "cached"]]
     rows += [[r["model"], f"{r['metrics'].get('eval/accuracy_n', 0):.0f}", *[with_interval(r["metrics"], k) for k in keys],
               "yes" if r["cached"] else "no"] for r in results]

@@ -3,19 +3,20 @@
 A fresh `python -m pipeline.worker` spends 9-11 s on a 2-core machine importing torch, transformers,
 TRL, peft, datasets and DeepSpeed before its first step (benchmarks/RESULTS.md, "What one stage's
 worker process costs"); a recipe starts one per stage (r1: 10), and the test suite about a hundred.
-So a flow process keeps one warm server (`python -m pipeline.launch.warm`, a child that dies with
-it) which imports that stack once, then forks a worker per stage in milliseconds. A forked worker
-is set up as a launched one would be: its own session (one killpg stops it and all it starts), its
-output appended to the stage's log, the stage's environment and working directory, the thread
-budget applied explicitly (OpenMP read OMP_NUM_THREADS when the server loaded it), death with the
-server, which ends within seconds of the flow. The server reports each worker's pid, then its exit status
+So a flow process keeps one warm server (`python -m pipeline.launch.warm`, its child) which
+imports that stack once, then forks a worker per stage in milliseconds. A forked worker is set up
+as a launched one would be: its own session (one killpg stops it and all it starts), its output
+appended to the stage's log, the stage's environment and working directory, the thread budget
+applied explicitly (OpenMP read OMP_NUM_THREADS when the server loaded it), death with the server,
+which ends within seconds of the flow. The server reports each worker's pid, then its exit status
 (negative: killed by that signal), as subprocess.Popen does.
 
-Only third-party modules are preloaded, never posttrain's own: a worker imports posttrain's code
-as it is on disk when its stage starts, as a fresh interpreter would. CPU machines only: a forked
-child must not inherit a CUDA state, and DeepSpeed probes the accelerator as it is imported, so on
-a machine with GPUs (or when `POSTTRAIN_WARM_WORKERS=0`) workers start as fresh interpreters. Only
-single-process launches are forked; DeepSpeed's launcher starts its ranks itself.
+Only third-party modules are preloaded (and this module, with pipeline.launch.processes): a worker
+imports the rest of posttrain's code as it is on disk when its stage starts, as a fresh interpreter
+would. CPU machines only: a forked child must not inherit a CUDA state, and DeepSpeed probes the
+accelerator as it is imported, so on a machine with GPUs (or when `POSTTRAIN_WARM_WORKERS=0`)
+workers start as fresh interpreters. Only single-process launches are forked; DeepSpeed's launcher
+starts its ranks itself.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from pathlib import Path
 from pipeline.launch.processes import die_with_parent
 
 # What a worker imports before its first step (stages/*.py): the trainers pull in transformers'
-# Trainer, peft, accelerate and DeepSpeed. ImportError is skipped (an optional extra not installed).
+# Trainer, peft, accelerate and DeepSpeed. One that fails to import is skipped: the worker imports
+# it itself, and its error shows in the stage's log.
 PRELOAD = ("torch", "transformers", "datasets", "peft", "trl.trainer.sft_trainer", "trl.trainer.grpo_trainer",
            "trl.trainer.dpo_trainer", "trl.trainer.reward_trainer")
 ENV_SWITCH = "POSTTRAIN_WARM_WORKERS"  # "0": every worker a fresh interpreter
@@ -94,10 +96,15 @@ def start_server() -> str:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(address)
         listener.listen(16)
+        # PR_SET_PDEATHSIG fires when the *thread* that started the server ends: safe from the main
+        # thread (the flow calls this before a stage's task, pipeline.flow), not from a task thread
+        # that may end while the server serves others; the server also watches its parent's pid.
+        main = threading.current_thread() is threading.main_thread()
         try:  # its own output is the preload's import noise; each worker's goes to the stage's log
             _Server.proc = subprocess.Popen([sys.executable, "-m", "pipeline.launch.warm", str(listener.fileno())],
                                             pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                            preexec_fn=die_with_parent if main else None)
         finally:
             listener.close()  # the server holds its own copy
         _Server.address = address
@@ -135,8 +142,6 @@ def _read_line(conn: socket.socket) -> str:
 def serve(listener: socket.socket) -> None:
     """Preload, then fork one worker per request; tell each requester its worker's pid and, when it
     ends, its exit status. Runs until the flow process (its parent) is gone."""
-    # Not PR_SET_PDEATHSIG: it fires when the *thread* that started the server ends, and the flow
-    # launches stages from task threads that come and go. The server watches its parent instead.
     flow = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the flow's to handle (it stops the workers)
     for name in PRELOAD:
@@ -145,7 +150,8 @@ def serve(listener: socket.socket) -> None:
     waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the requester's connection)
     while True:
         ready, _, _ = select.select([listener, *waiting], [], [], 2.0)
-        if os.getppid() != flow:  # the flow is gone; each worker dies with this process (its PDEATHSIG)
+        if os.getppid() != flow:  # the flow is gone (started from a task thread: no PDEATHSIG); each
+            # worker dies with this process (its own PDEATHSIG)
             return
         for fd in ready:
             if fd is listener:
