@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -192,6 +193,19 @@ def test_a_warm_worker_is_set_up_as_a_launched_one(tmp_path, monkeypatch):
     assert seen["preloaded"] and seen["sid"] == seen["pid"] == proc.pid
     assert seen["env"] == env and seen["cwd"] == str(REPO / "tests") and seen["threads"] == 1
     assert seen["argv"][1:] == [str(report)] and "hello from the warm worker" in log.read_text()
+
+    # Only the flow may ask: the socket is abstract (no file permissions), so the server checks its
+    # peer's pid; another local process's request is dropped unanswered, nothing forked.
+    intruder = f"""import json, socket
+s = socket.socket(socket.AF_UNIX); s.connect({warm.start_server()!r})
+try:
+    s.sendall(json.dumps({{"module": "warm_target", "argv": ["{tmp_path / 'intruder.json'}"], "log": "{log}",
+                          "env": {{}}, "cwd": "."}}).encode() + b"\\n")
+    print("answered" if s.recv(16) else "refused")
+except OSError:
+    print("refused")"""
+    asked = subprocess.run([sys.executable, "-c", intruder], capture_output=True, text=True, timeout=60)
+    assert asked.stdout.strip() == "refused" and not (tmp_path / "intruder.json").exists(), asked.stderr
 
     raised = warm.launch([str(report), "raise"], log, env, module="warm_target")
     assert raised.wait(timeout=60) == 1 and "ValueError: a worker that fails" in log.read_text()

@@ -29,6 +29,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -128,13 +129,22 @@ def launch(argv: list[str], log_path: Path, env: dict[str, str], module: str = "
 
 
 def _read_line(conn: socket.socket) -> str:
-    data = b""
+    """One line, read a byte at a time: the pid and the exit status can arrive together, and the
+    status must stay in the socket (select on it says the worker ended)."""
+    data = bytearray()
     while not data.endswith(b"\n"):
-        chunk = conn.recv(64)
-        if not chunk:
+        byte = conn.recv(1)
+        if not byte:
             break
-        data += chunk
+        data += byte
     return data.decode().strip()
+
+
+def _from_the_flow(conn: socket.socket, flow: int) -> bool:
+    """Whether the peer is the flow process itself. An abstract socket has no file permissions:
+    any local process could connect, and a request names the module a worker runs."""
+    pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid == flow
 
 
 # ---- the server process -------------------------------------------------------------------------
@@ -156,8 +166,12 @@ def serve(listener: socket.socket) -> None:
         for fd in ready:
             if fd is listener:
                 conn, _ = listener.accept()
+                if not _from_the_flow(conn, flow):
+                    conn.close()
+                    continue
                 pid = _fork_worker(json.loads(_read_line(conn)), listener, conn, waiting)
-                conn.sendall(f"{pid}\n".encode())
+                with contextlib.suppress(OSError):  # the flow stopped listening: the status is never read
+                    conn.sendall(f"{pid}\n".encode())
                 waiting[os.pidfd_open(pid)] = (pid, conn)
             else:
                 pid, conn = waiting.pop(fd)
