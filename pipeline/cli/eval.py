@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pipeline.cli.args import add_model_arguments, model_fields_from
 from pipeline.store.home import home
-from stages.common import GenerationSpec
+from stages.common import PAIRED_METRICS, GenerationSpec
 from toolkit.core.stats import INTERVALS
 
 EXPERIMENT = "eval"  # posttrain/eval in MLflow
@@ -130,10 +130,13 @@ def main_table(results: list[dict], paired: list[dict]) -> str:
               "yes" if r["cached"] else "no"] for r in results]
     lines = [grid(rows)]
     for p in paired:
-        c = p["accuracy"]
-        lines.append(f"{p['model']} against {p['against']}: accuracy {c['delta']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}] "
-                     f"on {c['n']:.0f} prompts, McNemar p = {c.get('p', float('nan')):.3g}"
-                     + ("  (significant)" if c["significant"] else "  (not significant: the interval holds 0)"))
+        for metric in ("accuracy", "pass_at_1"):
+            if (c := p.get(metric)) is None:
+                continue
+            test = f", McNemar p = {c['p']:.3g}" if "p" in c else " (paired bootstrap)"
+            lines.append(f"{p['model']} against {p['against']}: {metric} {c['delta']:+.3f} [{c['lo']:+.3f}, "
+                         f"{c['hi']:+.3f}] on {c['n']:.0f} prompts{test}"
+                         + ("  (significant)" if c["significant"] else "  (not significant: the interval holds 0)"))
     lines.append(INTERVALS)
     return "\n".join(lines)
 
@@ -190,8 +193,10 @@ def evaluate_models(args) -> dict | int:
     for r, s in zip(results[1:], scores[1:]):
         m = change_metrics(s, scores[0])
         entry = {"model": r["model"], "against": results[0]["model"]}
-        for metric in ("eval/accuracy", "eval/format_rate", "eval/completion_tokens_mean"):
+        for metric in PAIRED_METRICS:  # pass_at_1 when both sampled (--samples)
             key = f"change/{metric}"
+            if key not in m:
+                continue
             c = {"delta": m[key], **{k: m[f"{key}_{k}"] for k in ("lo", "hi", "n", "p") if f"{key}_{k}" in m}}
             entry[metric.removeprefix("eval/")] = {**c, "significant": significant(c)}
         paired.append(entry)
