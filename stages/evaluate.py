@@ -107,7 +107,7 @@ INPUT_EVAL_SCORES = "input_eval_scores.json"  # its input model's, when the work
 class Evaluation(NamedTuple):
     metrics: dict[str, float]
     table: list[dict]  # sample generations for the MLflow table
-    scores: dict[str, list]  # per prompt, in row order: id, accuracy, format, tokens
+    scores: dict[str, list]  # per prompt, in row order: id, accuracy, format, tokens (and pass_at_1 with samples)
 
 
 def sampled_metrics(rows: list[dict], sampled: list[list[str]],
