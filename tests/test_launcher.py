@@ -239,3 +239,21 @@ def _group(pgid: int) -> int:
             continue
         count += int(fields[2]) == pgid and fields[0] != "Z"
     return count
+
+
+def test_the_warm_server_starts_early_only_when_a_stage_will_train(tmp_path):
+    """`posttrain run` starts the warm server while the run itself starts (its imports overlap the
+    temporary Prefect API's) when some stage was never published in this home; a rerun of
+    published stages starts none up front."""
+    probe = ("import sys; from pipeline.launch import warm; from pipeline.recipe import load_recipe; "
+             "warm.start_early(load_recipe('smoke', 'tiny').recipe); print(warm._Server.proc is not None)")
+    env = {**os.environ, "POSTTRAIN_HOME": str(tmp_path / "home")}
+    started = lambda: subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True,
+                                     text=True, timeout=120).stdout.strip()
+    assert started() == "True"
+    for stage in ("cold_start", "polish"):  # smoke's stages, each published once
+        (tmp_path / "home" / "stages" / "smoke" / f"{stage}-0123").mkdir(parents=True)
+        (tmp_path / "home" / "stages" / "smoke" / f"{stage}-0123" / "result.json").write_text("{}")
+    assert started() == "False"
+    env.update(POSTTRAIN_HOME=str(tmp_path / "fresh"), POSTTRAIN_WARM_WORKERS="0")
+    assert started() == "False"  # switched off: never, however new the home

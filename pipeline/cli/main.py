@@ -27,14 +27,15 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    _load(args)  # refuse a bad recipe before Prefect or any model starts
+    resolved = _load(args)  # refuse a bad recipe before Prefect or any model starts
     # Prefect cancels a flow run with SIGTERM; turn it into an exception so stage workers get killed.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops it, even when started with SIGINT ignored
-    from pipeline.launch import prefect_api
+    from pipeline.launch import prefect_api, warm
     from pipeline.store import runs
 
     def warm_up():  # overlaps imports and MLflow's store set-up with a temporary server's start
+        warm.start_early(resolved.recipe)  # and the stage workers' imports, when a stage will train
         import pipeline.flow  # noqa: F401
         from pipeline.tracking import mlflow_runs
 

@@ -112,6 +112,21 @@ def start_server() -> str:
         return address
 
 
+def start_early(recipe) -> None:
+    """Start the server now, so that its imports overlap the run's own start (the CLI's imports,
+    MLflow's store, a temporary Prefect API), when some stage of `recipe` has never been published
+    in this home. A rerun whose stages were all published before starts it, if at all, only when a
+    stage must train (pipeline.flow): a cached rerun does not pay for imports it would not use."""
+    if not enabled():
+        return
+    from pipeline.store.home import home  # not at the top: the server process imports this module
+
+    published = home() / "stages" / recipe.name
+    if any(s.launcher.mode == "subprocess" and not any(published.glob(f"{s.name}-*/result.json"))
+           for s in recipe.stages):
+        start_server()
+
+
 def launch(argv: list[str], log_path: Path, env: dict[str, str], module: str = "pipeline.worker") -> WarmProcess:
     """Fork `python -m <module> <argv>` (its `main(argv)`) from the warm server, in this process's
     working directory, output appended to `log_path`, with exactly `env` as its environment."""
