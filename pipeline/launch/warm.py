@@ -226,7 +226,9 @@ def _fork_worker(request: dict, listener: socket.socket, conn: socket.socket, wa
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        nothing = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(nothing, 0)
+        os.close(nothing)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -235,9 +237,12 @@ def _fork_worker(request: dict, listener: socket.socket, conn: socket.socket, wa
         sys.path[0] = request["cwd"]  # as `python -m` puts the working directory first
         module = importlib.import_module(request["module"])
         sys.argv = [module.__file__, *request["argv"]]
-        code = module.main(request["argv"])
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
+        returned = module.main(request["argv"])
+        code = returned if isinstance(returned, int) else 0
+    except SystemExit as e:  # as an interpreter exits: None is 0, a message is printed and is 1
+        code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+        if not isinstance(e.code, int | None):
+            print(e.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
     finally:
