@@ -174,7 +174,6 @@ def test_lora_adapters_are_merged_into_a_plain_model(tmp_path, tiny_model, zero3
     AutoModelForCausalLM.from_pretrained(str(model_dir))  # loads as a plain model
 
 
-
 def test_a_warm_worker_is_set_up_as_a_launched_one(tmp_path, monkeypatch):
     """Forked from the warm server (pipeline.launch.warm), a worker still finds the ML stack
     imported, leads its own session, has exactly the stage's environment, the working directory,
@@ -245,7 +244,7 @@ def test_the_warm_server_starts_early_only_when_a_stage_will_train(tmp_path):
     """`posttrain run` starts the warm server while the run itself starts (its imports overlap the
     temporary Prefect API's) when some stage was never published in this home; a rerun of
     published stages starts none up front."""
-    probe = ("import sys; from pipeline.launch import warm; from pipeline.recipe import load_recipe; "
+    probe = ("from pipeline.launch import warm; from pipeline.recipe import load_recipe; "
              "warm.start_early(load_recipe('smoke', 'tiny').recipe); print(warm._Server.proc is not None)")
     env = {**os.environ, "POSTTRAIN_HOME": str(tmp_path / "home")}
     started = lambda: subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True,
