@@ -270,3 +270,20 @@ def test_a_distillation_reuses_the_upstream_evaluations_of_its_student_and_teach
     upstream["general_rl"] = result("general_rl", {"train/loss": 1.0})
     assert reused_evaluations(stages["distill_on"], upstream) == ["student"]
     assert reused_evaluations(stages["fusion"], upstream) == []  # not a kind that reports reference models
+
+
+def test_posttrain_eval_prints_each_paired_change_with_the_test_it_used():
+    """`posttrain eval A B --samples K`: greedy accuracy's change with McNemar's p, sampled pass@1's
+    (shares of k samples) with a paired bootstrap, each marked significant or not."""
+    from pipeline.cli.eval import main_table
+
+    metrics = {"eval/accuracy": 0.5, "eval/accuracy_lo": 0.3, "eval/accuracy_hi": 0.7, "eval/accuracy_n": 20,
+               "eval/pass_at_1": 0.4, "eval/pass_at_1_lo": 0.3, "eval/pass_at_1_hi": 0.5}
+    results = [{"model": m, "metrics": metrics, "cached": False} for m in ("a", "b")]
+    paired = [{"model": "b", "against": "a",
+               "accuracy": {"delta": 0.1, "lo": -0.05, "hi": 0.25, "n": 20, "p": 0.3, "significant": False},
+               "pass_at_1": {"delta": -0.07, "lo": -0.11, "hi": -0.02, "n": 20, "significant": True}}]
+    text = main_table(results, paired)
+    assert "b against a: accuracy +0.100 [-0.050, +0.250] on 20 prompts, McNemar p = 0.3  (not significant" in text
+    assert "b against a: pass_at_1 -0.070 [-0.110, -0.020] on 20 prompts (paired bootstrap)  (significant)" in text
+    assert "pass_at_1" in text.splitlines()[0]  # its own column in the table
