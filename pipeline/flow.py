@@ -185,7 +185,7 @@ def _file_model(resolved: ResolvedRecipe, stage, final: bool, result: StageResul
 def _execute(stage, plan: StagePlan, parent: str, entry: dict):
     """Run (or take from the cache) one stage; the run record says how long it took and why it failed."""
     done_before = (Path(plan.output_dir) / "result.json").exists()
-    if not done_before and plan.launcher.mode == "subprocess" and warm.enabled():
+    if not done_before and warm.applies(plan.launcher):
         warm.start_server()  # from the flow's thread, so the server dies with the flow (pipeline.launch.warm)
     state = execute_stage.with_options(name=f"{stage.name} ({stage.kind})", refresh_cache=not done_before)(
         plan.cache_key, plan, parent, return_state=True)

@@ -119,12 +119,13 @@ def sampled_metrics(rows: list[dict], sampled: list[list[str]],
     per_row = [score_rows([row] * len(cs), cs, **rules) for row, cs in zip(rows, sampled)]
     judged = [(row, cs, s) for row, cs, s in zip(rows, sampled, per_row) if any(x is not None for x in s)]
     k = spec.samples
-    out: dict[str, float] = {}
-    for at in sorted({1, k}):
-        with_interval(out, f"eval/pass_at_{at}", mean_interval(
-            [pass_at_k(len(s), sum(x == 1.0 for x in s), at) for _, _, s in judged]))
     pass1 = [pass_at_k(len(s), sum(x == 1.0 for x in s), 1) if any(x is not None for x in s) else None
              for s in per_row]
+    out: dict[str, float] = {}
+    with_interval(out, "eval/pass_at_1", mean_interval([p for p in pass1 if p is not None]))
+    if k > 1:
+        with_interval(out, f"eval/pass_at_{k}", mean_interval(
+            [pass_at_k(len(s), sum(x == 1.0 for x in s), k) for _, _, s in judged]))
     majority = []
     for row, cs, s in judged:
         if row["verifier"] == "math":

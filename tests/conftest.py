@@ -36,7 +36,6 @@ from pipeline.store.home import configure_environment, home_settings  # noqa: E4
 # Set, not defaulted: an xdist worker inherits the controller's values, which would point it at the
 # controller's home (its Prefect results, the stage cache, too).
 os.environ.update(POSTTRAIN_HOME=str(_HOME), **home_settings(_HOME))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 configure_environment()
 REPO = Path(__file__).resolve().parent.parent

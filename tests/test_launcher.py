@@ -256,3 +256,11 @@ def test_the_warm_server_starts_early_only_when_a_stage_will_train(tmp_path):
     assert started() == "False"
     env.update(POSTTRAIN_HOME=str(tmp_path / "fresh"), POSTTRAIN_WARM_WORKERS="0")
     assert started() == "False"  # switched off: never, however new the home
+
+
+def test_a_warm_worker_switch_that_is_neither_0_nor_1_is_refused_by_name(monkeypatch):
+    from pipeline.launch import warm
+
+    monkeypatch.setenv("POSTTRAIN_WARM_WORKERS", "false")
+    with pytest.raises(ValueError, match="POSTTRAIN_WARM_WORKERS is 0 .* or 1, not 'false'"):
+        warm.enabled()

@@ -49,10 +49,19 @@ START_TIMEOUT_S = 300.0  # the server's imports, on a loaded machine
 
 
 def enabled() -> bool:
-    """Warm workers apply here: not switched off, and no GPU device on the machine."""
-    if os.environ.get(ENV_SWITCH, "1") == "0":
-        return False
-    return not glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/kfd")
+    """Warm workers apply on this machine: not switched off, and no GPU device."""
+    switch = os.environ.get(ENV_SWITCH, "1")
+    if switch not in ("0", "1"):
+        raise ValueError(f"{ENV_SWITCH} is 0 (workers start as fresh interpreters) or 1, not {switch!r}")
+    return switch == "1" and not glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/kfd")
+
+
+def applies(launch) -> bool:
+    """Whether a stage launched as `launch` (stages.launch.LaunchSpec) gets a forked worker: one
+    plain worker process (no DeepSpeed ranks, no nodes, no rollout server beside it) on a machine
+    where warm workers are enabled."""
+    return (launch.mode == "subprocess" and launch.nodes is None and launch.rollout_server is None
+            and enabled())
 
 
 class WarmProcess:
@@ -117,13 +126,10 @@ def start_early(recipe) -> None:
     MLflow's store, a temporary Prefect API), when some stage of `recipe` has never been published
     in this home. A rerun whose stages were all published before starts it, if at all, only when a
     stage must train (pipeline.flow): a cached rerun does not pay for imports it would not use."""
-    if not enabled():
-        return
     from pipeline.store.home import home  # not at the top: the server process imports this module
 
     published = home() / "stages" / recipe.name
-    if any(s.launcher.mode == "subprocess" and not any(published.glob(f"{s.name}-*/result.json"))
-           for s in recipe.stages):
+    if any(applies(s.launcher) and not any(published.glob(f"{s.name}-*/result.json")) for s in recipe.stages):
         start_server()
 
 

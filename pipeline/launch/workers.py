@@ -92,8 +92,7 @@ def run_worker(spec_path: Path, launch: LaunchSpec, log_path: Path, env: dict[st
             cmd = _beside_server(spec_path, launch, spec, out_dir, full_env, stack, checks)
         else:
             cmd = worker_command(spec_path, launch)
-        # One plain worker process: forked warm (pipeline.launch.warm) where that applies
-        fork = spec_path if launch.mode == "subprocess" and not checks and warm.enabled() else None
+        fork = spec_path if warm.applies(launch) else None  # forked from the warm server (pipeline.launch.warm)
         _supervise(cmd, launch, out_dir, log_path, full_env, checks, on_progress, fork)
 
 

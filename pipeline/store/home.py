@@ -29,7 +29,7 @@ def home() -> Path:
 
 
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home() / 'mlflow.db'}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or home_settings(home())["MLFLOW_TRACKING_URI"]
 
 
 def home_settings(root: Path) -> dict[str, str]:
