@@ -37,12 +37,17 @@ def sft_spec(out: Path, model: str, ds_config: str | None = None, max_steps: int
     return path
 
 
-def test_sft_under_deepspeed_launcher_with_two_ranks(tmp_path, tiny_model):
+@pytest.mark.parametrize("warm", ["1", "0"], ids=["forked-ranks", "deepspeed-launcher"])
+def test_sft_under_deepspeed_launcher_with_two_ranks(tmp_path, tiny_model, monkeypatch, warm):
+    """Forked from the warm server on CPU; DeepSpeed's own launcher where warm workers are off (and
+    on every GPU machine)."""
+    monkeypatch.setenv("POSTTRAIN_WARM_WORKERS", warm)
     spec = sft_spec(tmp_path / "out", str(tiny_model), str(REPO / "infra/deepspeed/zero2.json"))
     log = tmp_path / "worker.log"
     run_worker(spec, LaunchSpec(mode="deepspeed", ranks=2), log, env={})
     text = log.read_text()
     assert "--num_gpus 2" in text and "dist_world_size=2" in text
+    assert ("forked from the warm worker server" in text) == (warm == "1")
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["metrics"]["train/global_step"] == 4
     assert result["metrics"]["train/tokens"] > 4 * 4 * 2 * 10  # 4 steps x 4 rows x 2 ranks of >10 tokens
@@ -226,6 +231,35 @@ def test_stopping_a_warm_worker_stops_its_whole_group(tmp_path, monkeypatch):
     kill_group(proc, grace_s=5)
     assert proc.returncode == -signal.SIGTERM
     _wait_for(lambda: _group(proc.pid) == 0, 10, "the group to end")
+
+
+def test_forked_deepspeed_ranks_get_the_launchers_variables_and_fail_together(tmp_path, monkeypatch):
+    """One node's DeepSpeed ranks forked from the warm server: each sees what
+    deepspeed.launcher.launch would give it; when one rank fails, the others are stopped (a rank
+    left waiting in a collective would hang the stage) and the launch ends with the failed code."""
+    from pipeline.launch import warm
+
+    monkeypatch.chdir(REPO / "tests")
+    report = tmp_path / "report.json"
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
+    proc = warm.launch([str(report)], tmp_path / "worker.log", env, module="warm_target", ranks=2)
+    assert proc.wait(timeout=300) == 3
+    for rank in ("0", "1"):
+        seen = json.loads(Path(f"{report}.{rank}").read_text())
+        assert seen["argv"][1:] == [f"--local_rank={rank}", str(report)] and seen["preloaded"]
+        assert seen["sid"] == proc.pid != seen["pid"]  # in the leader's session: one killpg stops the launch
+        assert seen["env"] == {**env, "RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2", "LOCAL_SIZE": "2",
+                               "CROSS_RANK": "0", "CROSS_SIZE": "1"}
+
+    log = tmp_path / "failing.log"
+    failing = warm.launch([str(report), "rank_1_fails"], log, env, module="warm_target", ranks=2)
+    assert failing.wait(timeout=120) == 5
+    assert "rank 1 (pid" in log.read_text() and "exited with code 5; stopping the other ranks" in log.read_text()
+    _wait_for(lambda: _group(failing.pid) == 0, 10, "rank 0 to be stopped")
+
+    env.pop("MASTER_PORT")
+    with pytest.raises(ValueError, match="MASTER_ADDR and MASTER_PORT"):
+        warm.launch([str(report)], log, env, module="warm_target", ranks=2)
 
 
 def _group(pgid: int) -> int:

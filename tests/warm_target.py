@@ -1,5 +1,5 @@
 """What tests/test_launcher.py forks from the warm worker server in place of pipeline.worker: it
-reports how it was set up, then ends as its argument says."""
+reports how it was set up (a DeepSpeed rank to `<report>.<rank>`), then ends as its argument says."""
 
 import json
 import os
@@ -10,11 +10,13 @@ import time
 
 
 def main(argv: list[str]) -> int:
-    report, how = argv[0], argv[1] if len(argv) > 1 else "exit"
+    args = [a for a in argv if not a.startswith("--local_rank")]  # as pipeline.worker drops it
+    report, how = args[0], args[1] if len(args) > 1 else "exit"
     preloaded = "torch" in sys.modules  # before this module imports anything heavy
     import torch
 
-    with open(report, "w") as f:
+    rank = os.environ.get("RANK")
+    with open(report if rank is None else f"{report}.{rank}", "w") as f:
         json.dump({"pid": os.getpid(), "sid": os.getsid(0), "env": dict(os.environ), "cwd": os.getcwd(),
                    "threads": torch.get_num_threads(), "preloaded": preloaded, "argv": sys.argv}, f)
     print("hello from the warm worker", flush=True)
@@ -25,4 +27,8 @@ def main(argv: list[str]) -> int:
         time.sleep(300)
     if how == "raise":
         raise ValueError("a worker that fails")
+    if how == "rank_1_fails":  # its sibling waits, as a rank waits in a collective for a dead one
+        if rank == "1":
+            return 5
+        time.sleep(300)
     return 3

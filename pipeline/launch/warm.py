@@ -15,8 +15,16 @@ Only third-party modules are preloaded (and this module, with pipeline.launch.pr
 imports the rest of posttrain's code as it is on disk when its stage starts, as a fresh interpreter
 would. CPU machines only: a forked child must not inherit a CUDA state, and DeepSpeed probes the
 accelerator as it is imported, so on a machine with GPUs (or when `POSTTRAIN_WARM_WORKERS=0`)
-workers start as fresh interpreters. Only single-process launches are forked; DeepSpeed's launcher
-starts its ranks itself.
+workers start as fresh interpreters.
+
+A single-node DeepSpeed launch is forked too: `deepspeed` (the runner) and
+`deepspeed.launcher.launch` are two more interpreters that import torch before the ranks, which
+import everything again; together about 20 s of a 2-rank stage's start here. The forked launch does
+what `deepspeed.launcher.launch` does for one node: a leader in the stage's session forks each rank
+with the variables that launcher sets (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE, CROSS_RANK,
+CROSS_SIZE, MASTER_ADDR, MASTER_PORT), passes `--local_rank=<n>`, runs the ranks unbuffered (`-u`),
+and when one rank fails, kills the others and exits with the failed rank's code. Multi-node launches
+and launches beside a rollout server keep DeepSpeed's own launcher.
 """
 
 from __future__ import annotations
@@ -40,10 +48,11 @@ from pathlib import Path
 from pipeline.launch.processes import die_with_parent
 
 # What a worker imports before its first step (stages/*.py): the trainers pull in transformers'
-# Trainer, peft, accelerate and DeepSpeed. One that fails to import is skipped: the worker imports
-# it itself, and its error shows in the stage's log.
+# Trainer, peft and accelerate; DeepSpeed (2-3 s more) is what every rank of a forked DeepSpeed
+# launch imports. One that fails to import is skipped: the worker imports it itself, and its error
+# shows in the stage's log.
 PRELOAD = ("torch", "transformers", "datasets", "peft", "trl.trainer.sft_trainer", "trl.trainer.grpo_trainer",
-           "trl.trainer.dpo_trainer", "trl.trainer.reward_trainer")
+           "trl.trainer.dpo_trainer", "trl.trainer.reward_trainer", "deepspeed")
 ENV_SWITCH = "POSTTRAIN_WARM_WORKERS"  # "0": every worker a fresh interpreter
 START_TIMEOUT_S = 300.0  # the server's imports, on a loaded machine
 
@@ -57,10 +66,10 @@ def enabled() -> bool:
 
 
 def applies(launch) -> bool:
-    """Whether a stage launched as `launch` (stages.launch.LaunchSpec) gets a forked worker: one
-    plain worker process (no DeepSpeed ranks, no nodes, no rollout server beside it) on a machine
-    where warm workers are enabled."""
-    return (launch.mode == "subprocess" and launch.nodes is None and launch.rollout_server is None
+    """Whether a stage launched as `launch` (stages.launch.LaunchSpec) gets forked workers: one
+    worker process or one node's DeepSpeed ranks (no nodes, no rollout server beside it) on a
+    machine where warm workers are enabled."""
+    return (launch.mode in ("subprocess", "deepspeed") and launch.nodes is None and launch.rollout_server is None
             and enabled())
 
 
@@ -133,12 +142,17 @@ def start_early(recipe) -> None:
         start_server()
 
 
-def launch(argv: list[str], log_path: Path, env: dict[str, str], module: str = "pipeline.worker") -> WarmProcess:
+def launch(argv: list[str], log_path: Path, env: dict[str, str], module: str = "pipeline.worker",
+           ranks: int | None = None) -> WarmProcess:
     """Fork `python -m <module> <argv>` (its `main(argv)`) from the warm server, in this process's
-    working directory, output appended to `log_path`, with exactly `env` as its environment."""
+    working directory, output appended to `log_path`, with exactly `env` as its environment. With
+    `ranks`, that many DeepSpeed ranks on this node under one leader, whose pid and exit status
+    these are; `env` must then hold MASTER_ADDR and MASTER_PORT."""
+    if ranks is not None and not {"MASTER_ADDR", "MASTER_PORT"} <= env.keys():
+        raise ValueError("a forked DeepSpeed launch needs MASTER_ADDR and MASTER_PORT in its environment")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(start_server())
-    request = {"module": module, "argv": argv, "log": str(log_path), "env": env, "cwd": os.getcwd()}
+    request = {"module": module, "argv": argv, "log": str(log_path), "env": env, "cwd": os.getcwd(), "ranks": ranks}
     conn.sendall(json.dumps(request).encode() + b"\n")
     ready, _, _ = select.select([conn], [], [], START_TIMEOUT_S)
     line = _read_line(conn) if ready else ""
@@ -241,25 +255,78 @@ def _fork_worker(request: dict, listener: socket.socket, conn: socket.socket, wa
         if "torch" in sys.modules:  # OpenMP read its thread count when the server imported torch
             sys.modules["torch"].set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
         sys.path[0] = request["cwd"]  # as `python -m` puts the working directory first
-        module = importlib.import_module(request["module"])
-        sys.argv = [module.__file__, *request["argv"]]
-        returned = module.main(request["argv"])
-        code = returned if isinstance(returned, int) else 0
-    except SystemExit as e:  # as an interpreter exits: None is 0, a message is printed and is 1
-        code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
-        if not isinstance(e.code, int | None):
-            print(e.code, file=sys.stderr)
+        code = _lead_ranks(request) if request.get("ranks") else _run_main(request["module"], request["argv"])
     except BaseException:
         traceback.print_exc()
     finally:
-        with contextlib.suppress(BaseException):
-            import atexit
+        _exit(code)
 
-            atexit._run_exitfuncs()  # what an interpreter's exit runs (scoring pools close, MLflow flushes)
-        with contextlib.suppress(BaseException):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+
+def _run_main(module_name: str, argv: list[str]) -> int:
+    """`python -m <module_name> <argv>`: its main, and the exit code an interpreter would give."""
+    try:
+        module = importlib.import_module(module_name)
+        sys.argv = [module.__file__, *argv]
+        returned = module.main(argv)
+        return returned if isinstance(returned, int) else 0
+    except SystemExit as e:  # as an interpreter exits: None is 0, a message is printed and is 1
+        if not isinstance(e.code, int | None):
+            print(e.code, file=sys.stderr)
+        return 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+
+
+def _exit(code: int) -> None:
+    """End a forked process as an interpreter ends: atexit handlers (scoring pools close, MLflow
+    flushes), flushed output, the exit code; never back into the server's loop."""
+    with contextlib.suppress(BaseException):
+        import atexit
+
+        atexit._run_exitfuncs()
+    with contextlib.suppress(BaseException):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _lead_ranks(request: dict) -> int:
+    """One node's DeepSpeed ranks, as `deepspeed.launcher.launch` starts them (module docstring);
+    returns 0 when every rank did, else the first failure's code (128 + signal when killed), the
+    others killed. They share this leader's process group, so one killpg stops them all."""
+    ranks = request["ranks"]
+    print(f"forked DeepSpeed launch: nnodes=1, num_local_procs={ranks}, dist_world_size={ranks}, "
+          f"master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
+    running: dict[int, int] = {}  # pid -> rank
+    for rank in range(ranks):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                die_with_parent()
+                os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_SIZE=str(ranks),
+                                  CROSS_RANK="0", CROSS_SIZE="1")
+                sys.stdout.reconfigure(line_buffering=True)  # `python -u`, as the launcher runs ranks
+                sys.stderr.reconfigure(line_buffering=True)
+                code = _run_main(request["module"], [f"--local_rank={rank}", *request["argv"]])
+            finally:
+                _exit(code)
+        running[pid] = rank
+    failed = 0
+    while running:
+        pid, status = os.wait()
+        rank, code = running.pop(pid), os.waitstatus_to_exitcode(status)
+        if code != 0 and not failed:
+            print(f"rank {rank} (pid {pid}) " + (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+                  + "; stopping the other ranks", file=sys.stderr, flush=True)
+            failed = code if code > 0 else 128 - code
+            for other in running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(other, signal.SIGKILL)
+    return failed
 
 
 if __name__ == "__main__":

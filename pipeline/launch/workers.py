@@ -40,14 +40,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker_command(spec_path: Path, launch: LaunchSpec, gpus: list[int] | None = None) -> list[str]:
+def worker_command(spec_path: Path, launch: LaunchSpec, gpus: list[int] | None = None,
+                   master_port: int | None = None) -> list[str]:
     """One node's launch: the worker itself, or DeepSpeed's launcher for `ranks` ranks (on `gpus` when
     a rollout server holds the first ones)."""
     if launch.mode == "deepspeed":
         deepspeed = str(Path(sys.executable).parent / "deepspeed")
         where = ["--include", "localhost:" + ",".join(map(str, gpus))] if gpus else ["--num_gpus", str(launch.ranks)]
         return [deepspeed, *where, "--master_addr", "127.0.0.1",
-                "--master_port", str(free_port()), "--module", "pipeline.worker", str(spec_path)]
+                "--master_port", str(master_port or free_port()), "--module", "pipeline.worker", str(spec_path)]
     return [sys.executable, "-m", "pipeline.worker", str(spec_path)]
 
 
@@ -91,7 +92,10 @@ def run_worker(spec_path: Path, launch: LaunchSpec, log_path: Path, env: dict[st
         elif launch.rollout_server is not None:
             cmd = _beside_server(spec_path, launch, spec, out_dir, full_env, stack, checks)
         else:
-            cmd = worker_command(spec_path, launch)
+            port = free_port()
+            cmd = worker_command(spec_path, launch, master_port=port)
+            if warm.applies(launch) and launch.mode == "deepspeed":  # forked ranks meet where DeepSpeed's
+                full_env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # launcher would send them
         fork = spec_path if warm.applies(launch) else None  # forked from the warm server (pipeline.launch.warm)
         _supervise(cmd, launch, out_dir, log_path, full_env, checks, on_progress, fork)
 
@@ -147,7 +151,8 @@ def _supervise(cmd: list[str], launch: LaunchSpec, out_dir: Path, log_path: Path
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(cmd)}{'  (forked from the warm worker server)' if warm_spec else ''}\n".encode())
         log.flush()
-        proc = warm.launch([str(warm_spec)], log_path, full_env) if warm_spec else subprocess.Popen(
+        ranks = launch.ranks if launch.mode == "deepspeed" else None
+        proc = warm.launch([str(warm_spec)], log_path, full_env, ranks=ranks) if warm_spec else subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True, preexec_fn=die_with_parent)
     (out_dir / "worker.pid").write_text(str(proc.pid))
     started, last_progress = time.time(), None
