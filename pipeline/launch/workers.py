@@ -92,10 +92,10 @@ def run_worker(spec_path: Path, launch: LaunchSpec, log_path: Path, env: dict[st
         elif launch.rollout_server is not None:
             cmd = _beside_server(spec_path, launch, spec, out_dir, full_env, stack, checks)
         else:
-            port = free_port()
+            port = free_port() if launch.mode == "deepspeed" else None
             cmd = worker_command(spec_path, launch, master_port=port)
-            if warm.applies(launch) and launch.mode == "deepspeed":  # forked ranks meet where DeepSpeed's
-                full_env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # launcher would send them
+            if port and warm.applies(launch):  # forked ranks meet where DeepSpeed's launcher would send them
+                full_env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         fork = spec_path if warm.applies(launch) else None  # forked from the warm server (pipeline.launch.warm)
         _supervise(cmd, launch, out_dir, log_path, full_env, checks, on_progress, fork)
 
