@@ -220,10 +220,8 @@ def serve(listener: socket.socket) -> None:
 def _fork_worker(request: dict, listener: socket.socket, conn: socket.socket, waiting: dict) -> int:
     """Fork the worker; returns its pid once it leads its own session, so that a killpg of that pid
     reaches it from the moment the flow learns the pid."""
-    sys.stdout.flush()
-    sys.stderr.flush()
     started_r, started_w = os.pipe()
-    pid = os.fork()
+    pid = _fork()
     if pid:
         os.close(started_w)
         os.read(started_r, 1)  # empty if it died first: its exit status tells
@@ -260,6 +258,13 @@ def _fork_worker(request: dict, listener: socket.socket, conn: socket.socket, wa
         traceback.print_exc()
     finally:
         _exit(code)
+
+
+def _fork() -> int:
+    """os.fork, this process's buffered output written out first so no child writes it again."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return os.fork()
 
 
 def _run_main(module_name: str, argv: list[str]) -> int:
@@ -300,9 +305,7 @@ def _lead_ranks(request: dict) -> int:
           f"master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
     running: dict[int, int] = {}  # pid -> rank
     for rank in range(ranks):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
+        pid = _fork()
         if pid == 0:
             code = 1
             try:

@@ -43,7 +43,7 @@ def free_port() -> int:
 def worker_command(spec_path: Path, launch: LaunchSpec, gpus: list[int] | None = None,
                    master_port: int | None = None) -> list[str]:
     """One node's launch: the worker itself, or DeepSpeed's launcher for `ranks` ranks (on `gpus` when
-    a rollout server holds the first ones)."""
+    a rollout server holds the first ones) meeting at `master_port` (a free one if not given)."""
     if launch.mode == "deepspeed":
         deepspeed = str(Path(sys.executable).parent / "deepspeed")
         where = ["--include", "localhost:" + ",".join(map(str, gpus))] if gpus else ["--num_gpus", str(launch.ranks)]
@@ -85,6 +85,7 @@ def run_worker(spec_path: Path, launch: LaunchSpec, log_path: Path, env: dict[st
     # An explicit thread budget for every worker: the cores shared between its ranks, never more
     # threads than cores (torch, and the generation engines through it, read OMP_NUM_THREADS).
     full_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // ranks)))
+    fork = spec_path if warm.applies(launch) else None  # forked from the warm server (pipeline.launch.warm)
     with ExitStack() as stack:
         checks: list[Callable[[], str | None]] = []
         if launch.nodes is not None:
@@ -94,9 +95,8 @@ def run_worker(spec_path: Path, launch: LaunchSpec, log_path: Path, env: dict[st
         else:
             port = free_port() if launch.mode == "deepspeed" else None
             cmd = worker_command(spec_path, launch, master_port=port)
-            if port and warm.applies(launch):  # forked ranks meet where DeepSpeed's launcher would send them
+            if port and fork:  # forked ranks meet where DeepSpeed's launcher would send them
                 full_env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        fork = spec_path if warm.applies(launch) else None  # forked from the warm server (pipeline.launch.warm)
         _supervise(cmd, launch, out_dir, log_path, full_env, checks, on_progress, fork)
 
 
@@ -151,7 +151,7 @@ def _supervise(cmd: list[str], launch: LaunchSpec, out_dir: Path, log_path: Path
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(cmd)}{'  (forked from the warm worker server)' if warm_spec else ''}\n".encode())
         log.flush()
-        ranks = launch.ranks if launch.mode == "deepspeed" else None
+        ranks = launch.ranks if launch.mode == "deepspeed" else None  # one leader forks them (pipeline.launch.warm)
         proc = warm.launch([str(warm_spec)], log_path, full_env, ranks=ranks) if warm_spec else subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True, preexec_fn=die_with_parent)
     (out_dir / "worker.pid").write_text(str(proc.pid))
