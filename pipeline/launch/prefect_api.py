@@ -16,13 +16,12 @@ import atexit
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from pipeline.launch.processes import die_with_parent
+from pipeline.launch.processes import die_with_parent, free_port
 from pipeline.store.home import home, server_record
 from pipeline.store.locks import held, lock_path
 
@@ -45,12 +44,6 @@ def running_server() -> str | None:
     except (OSError, ValueError):
         return None
     return record["api_url"] if healthy(record["api_url"]) else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_temporary_server() -> tuple[str, subprocess.Popen]:

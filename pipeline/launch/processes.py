@@ -1,5 +1,5 @@
 """Process lifetime: children that the kernel kills when their parent dies, so nothing a run starts
-outlives it. Kept apart from the worker so light processes (`posttrain ui`, the Prefect API
+outlives it; and a free loopback port for what they serve. Kept apart from the worker so light processes (`posttrain ui`, the Prefect API
 helper) can use it without importing the stage kinds."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 
 
@@ -17,6 +18,13 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (for a server or DeepSpeed's rendezvous) at the time of asking."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:

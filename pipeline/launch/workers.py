@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from pipeline.launch import warm
 from pipeline.launch.nodes import deepspeed_command, posted_launch, write_hostfile
-from pipeline.launch.processes import die_with_parent, kill_group
+from pipeline.launch.processes import die_with_parent, free_port, kill_group
 from pipeline.launch.rollout_server import LOG_NAME, ServerFailed, gpu_split, rollout_server, server_command
 from stages.contracts import WorkerSpec
 from stages.launch import LaunchSpec, host_slots
@@ -32,12 +31,6 @@ TAIL_LINES = 40
 
 class StageFailed(RuntimeError):
     pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker_command(spec_path: Path, launch: LaunchSpec, gpus: list[int] | None = None,
