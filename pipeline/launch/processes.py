@@ -1,6 +1,6 @@
 """Process lifetime: children that the kernel kills when their parent dies, so nothing a run starts
-outlives it; and a free loopback port for what they serve. Kept apart from the worker so light processes (`posttrain ui`, the Prefect API
-helper) can use it without importing the stage kinds."""
+outlives it; and a free loopback port for what they serve. Kept apart from the worker so light
+processes (`posttrain ui`, the Prefect API helper) can use it without importing the stage kinds."""
 
 from __future__ import annotations
 
