@@ -6,8 +6,11 @@ STAMP  := $(VENV)/.installed
 # the CUDA build from PyPI. Override with `make setup TORCH_SPEC=...`.
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev
-# e.g. PYTEST_ARGS="-n 2 --dist loadgroup --no-loadscope-reorder": two xdist workers (tests/conftest.py)
+# Two xdist workers, a file's tests on one worker, heaviest files first (tests/conftest.py);
+# TEST_WORKERS=0 runs the suite in this one process. More PYTEST_ARGS go after ours.
+TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 .PHONY: setup system-tools lint demo test clean
 
@@ -39,7 +42,7 @@ demo: setup
 	@echo "UIs:          $(VENV)/bin/posttrain ui   (Prefect http://127.0.0.1:4200, MLflow http://127.0.0.1:5000)"
 
 test: setup system-tools lint
-	$(PY) -m pytest -q -x --durations=15 $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -x --durations=15 $(XDIST) $(PYTEST_ARGS) tests
 
 # The layer contracts (pyproject.toml [tool.importlinter]) and the linter.
 lint: setup
