@@ -1,14 +1,13 @@
 """Test set-up: every test session (every xdist worker) gets its own POSTTRAIN_HOME (and so its own
 Prefect home, MLflow store and model cache) before Prefect or MLflow is imported.
 
-Two xdist workers (`make test PYTEST_ARGS="-n 2 --dist loadgroup --no-loadscope-reorder"`), each
-with an explicit budget of half the cores; tests stay together by file (their module fixtures run
-once), heaviest files first so the workers finish together. Not the default: its first whole green
-run here took 30:07 against a serial 35:06 from earlier that day (benchmarks/RESULTS.md, "What one
-stage's worker process costs"; the machine's speed drifted by up to 1.3x that day), far from 2x:
-the suite is mostly CPU-bound (heavy tests took 1.5-2x as long beside the other worker), and the
-mode runs every timing check on half a machine. Its second (2026-12-03, AMD machine, idle): 24:21
-against a serial 28:35 the same evening."""
+`make test` runs two xdist workers (`-n 2 --dist loadgroup --no-loadscope-reorder`; `make test
+TEST_WORKERS=0` runs one process), each with an explicit budget of half the cores; tests stay
+together by file (their module fixtures run once), heaviest files first so the workers finish
+together. Far from 2x: the suite is mostly CPU-bound (each test runs ~1.6x as long beside the other
+worker), and every timing check runs on half a machine. Measured (benchmarks/RESULTS.md, "Warm
+workers"): serial 28:35, two workers 21:41-24:21 in four green runs, on one idle 2-core machine; CI
+took 32:09 serially, over the guide's 30 minutes, so two workers are the default."""
 
 import contextlib
 import os
