@@ -11,13 +11,14 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from pipeline.launch.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTTRAIN = str(Path(sys.executable).parent / "posttrain")
@@ -27,12 +28,6 @@ def timed(args: list[str], env: dict) -> float:
     started = time.perf_counter()
     subprocess.run([POSTTRAIN, *args], cwd=ROOT, env=env, check=True, capture_output=True)
     return time.perf_counter() - started
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> int:

@@ -211,7 +211,8 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
     replays the spool into the run that trained it, and ends the first run's MLflow runs FAILED."""
     import mlflow
 
-    from pipeline.launch.prefect_api import free_port, healthy
+    from pipeline.launch.prefect_api import healthy
+    from pipeline.launch.processes import free_port
     from pipeline.tracking import mlflow_runs
 
     home, port = tmp_path / "home", free_port()

@@ -174,14 +174,12 @@ def test_runs_left_open_in_mlflow_by_a_failed_run_are_closed_by_the_next_one(tmp
 def test_step_metrics_are_spooled_while_the_tracking_server_is_down_and_replayed(tmp_path, monkeypatch):
     """Training never waits on MLflow: a server that does not answer costs one failed call, the
     steps go to a spool, and the flow logs them into the run afterwards."""
-    import socket
     from types import SimpleNamespace
 
+    from pipeline.launch.processes import free_port
     from pipeline.tracking import mlflow_runs
 
-    with socket.socket() as s:  # a port nobody listens on: the server is down
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on: the server is down
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     spool = tmp_path / mlflow_runs.SPOOL
@@ -201,16 +199,11 @@ def test_step_metrics_are_spooled_while_the_tracking_server_is_down_and_replayed
 
 def test_posttrain_ui_says_which_server_died_and_exits(tmp_path):
     import signal
-    import socket
     import subprocess
     import urllib.request
 
+    from pipeline.launch.processes import free_port
     from tests.conftest import POSTTRAIN, cli_env
-
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
 
     mlflow_port = free_port()
     ui = subprocess.Popen([POSTTRAIN, "ui", "--prefect-port", str(free_port()), "--mlflow-port", str(mlflow_port)],

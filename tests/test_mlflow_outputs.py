@@ -16,7 +16,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from pipeline.launch.prefect_api import free_port, healthy
+from pipeline.launch.prefect_api import healthy
+from pipeline.launch.processes import free_port
 from tests.conftest import POSTTRAIN, REPO, cli_env
 
 pytestmark = pytest.mark.slow

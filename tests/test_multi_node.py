@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from pipeline.launch.workers import StageFailed, free_port, run_worker
+from pipeline.launch.processes import free_port
+from pipeline.launch.workers import StageFailed, run_worker
 from stages.launch import LaunchSpec
 from tests.conftest import POSTTRAIN, REPO, cli_env
 from tests.test_launcher import _alive, sft_spec

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
+from pipeline.launch.processes import free_port
 from pipeline.launch.rollout_server import LOG_NAME, ServerFailed, gpu_split, rollout_server, server_command
-from pipeline.launch.workers import StageFailed, free_port, run_worker
+from pipeline.launch.workers import StageFailed, run_worker
 from stages.launch import LaunchSpec, RolloutServer
 from tests.test_launcher import _alive
 

@@ -18,7 +18,8 @@ import httpx
 import mlflow
 import pytest
 
-from pipeline.launch.prefect_api import free_port, healthy
+from pipeline.launch.prefect_api import healthy
+from pipeline.launch.processes import free_port
 from pipeline.store.home import tracking_uri
 from tests.conftest import POSTTRAIN, REPO, cli_env, parent_pid, paused
 

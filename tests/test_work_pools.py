@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from pipeline.launch.workers import free_port
+from pipeline.launch.processes import free_port
 from tests.conftest import POSTTRAIN, REPO, cli_env
 
 pytestmark = pytest.mark.slow
