@@ -1,14 +1,18 @@
 """GRPO step time with TRL's own rollouts (HF generate) against ONNX Runtime GenAI rollouts with the
-policy's weights written into its graph every step (`rollout: ort`; issue: fast generation).
+policy's weights written into its graph every step (`rollout: ort`), and against those rollouts with
+the log-probabilities computed over length buckets of 4 completions (`length_bucket_rows: 4`, the
+training half of a step; issue: fast generation).
 
 One grpo stage as the demo's RL stages run it (G = 8, 16 completions per step, `--tokens` new
-tokens, accuracy and format rewards, synthetic_math levels 1-3), run twice in one fresh home from
-the same model, once per rollout engine, one after the other. Printed per engine, from the stage's
+tokens, accuracy and format rewards, synthetic_math levels 1-3, beta 0.04 so the reference model's
+forward is in every step), run three times in one fresh home from the same model, one after the
+other. Printed per engine, from the stage's
 MLflow run: seconds per step (TRL's `step_time`, mean over the steps after the first), of which
 rollouts (`rollout/seconds`: generation, the weight refresh and reward scoring) and the refresh alone
 (`rollout/refresh_s`), the mean reward and completion length over all steps, and the ratio of step
 times against HF in the same run. The two engines draw from different random streams, so rewards
-agree only in distribution.
+agree only in distribution; the two ORT runs share the seed, so they differ only by the buckets'
+float rounding.
 
     .venv/bin/python benchmarks/bench_grpo_rollouts.py [--model smollm2-135m-instruct] [--steps 6] [--tokens 128]
 """
@@ -38,6 +42,11 @@ stages:
     max_steps: {steps}
     save_steps: 1000
 """
+
+
+VARIANTS = [("TRL's HF generate, one padded batch (baseline)", ["stages.rl.rollout=hf"]),
+            ("ONNX Runtime GenAI, one padded batch", ["stages.rl.rollout=ort"]),
+            ("ONNX Runtime GenAI, buckets of 4", ["stages.rl.rollout=ort", "stages.rl.length_bucket_rows=4"])]
 
 
 def latest_histories(home: Path) -> dict[str, list[float]]:
@@ -71,18 +80,18 @@ def main() -> int:
     recipe.parent.mkdir(parents=True, exist_ok=True)
     recipe.write_text(RECIPE.format(model=args.model, tokens=args.tokens, steps=args.steps))
     rows, base = [], None
-    for rollout in ("hf", "ort"):
-        run_recipe(str(recipe), env, "--set", f"stages.rl.rollout={rollout}")
+    for label, sets in VARIANTS:
+        run_recipe(str(recipe), env, *[a for s in sets for a in ("--set", s)])
         h = latest_histories(home)
         step = after_first(h["step_time"])
         base = base or step
         refresh = after_first(h["rollout/refresh_s"])
-        rows.append(table_row(rollout, f"{step:.1f}", f"{after_first(h['rollout/seconds']):.1f}",
+        rows.append(table_row(label, f"{step:.1f}", f"{after_first(h['rollout/seconds']):.1f}",
                               f"{refresh:.2f}" if h["rollout/refresh_s"] else "",
                               f"{statistics.mean(h['reward']):.3f}", f"{statistics.mean(h['completions/mean_length']):.1f}",
                               f"{step / base:.2f}"))
     print(f"model {args.model}; {args.steps} steps of 16 completions (G = 8), at most {args.tokens} new tokens; home {home}")
-    print(table_header("rollouts", "s per step", "of which rollouts", "of which weight refresh", "mean reward",
+    print(table_header("rollouts, log-probabilities", "s per step", "of which rollouts", "of which weight refresh", "mean reward",
                        "mean length", "step time vs HF"))
     print("\n".join(rows))
     return 0

@@ -81,6 +81,10 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
     learning_rate: float = Field(1e-6, gt=0)
     lr_scheduler: str = "constant"
     per_device_batch_size: int = Field(8, ge=1, description="completions per device per micro-step")
+    length_bucket_rows: int | None = Field(
+        None, ge=1, description="compute the policy's and the reference's log-probabilities this many completions at "
+        "a time, sorted by length and cut to their own longest: the same numbers for the real tokens' work (a demo "
+        "step's training half 1.6x shorter on CPU); None = TRL's one batch padded to the longest")
 
     OUTPUTS: ClassVar[tuple[str, ...]] = ("model",)
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("model",)
@@ -240,7 +244,8 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
     names = [r.name for r in cfg.rewards]
     rl = RLOptions(sampler=sampler, success_reward=names.index(cfg.success_reward or names[0]), loss=cfg.loss,
                    tau=cfg.tau, dynamic_sampling=cfg.effective("dynamic_sampling"),
-                   max_rounds=cfg.dynamic_sampling_max_rounds, dynamic_sampling_by=cfg.effective("dynamic_sampling_by"))
+                   max_rounds=cfg.dynamic_sampling_max_rounds, dynamic_sampling_by=cfg.effective("dynamic_sampling_by"),
+                   length_bucket_rows=cfg.length_bucket_rows)
     rewards = [stage_reward(with_resolved_models(r, j, ctx), cfg.max_completion_length)
                for j, r in enumerate(cfg.rewards)]
     rollout_func = None if cfg.rollout != "ort" else OrtRollouts(

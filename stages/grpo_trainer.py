@@ -7,6 +7,9 @@
   zero-variance groups fill the rest, masked out of the loss and out of every denominator, so they
   dilute nothing: `filler_rescale`);
 - Kimi k1.5's mirror-descent loss (`stages.rl_losses.kimi_mirror_descent_loss`);
+- log-probabilities (the policy's and the reference's) computed over buckets of rows of like length,
+  each trimmed of the padding no row in it needs (`length_buckets`): the same numbers as TRL's one
+  padded batch, for the work of the real tokens (`length_bucket_rows`; None keeps TRL's);
 - rollout and training throughput and an accuracy metric in every logged step.
 
 Everything else (generation, reference model, KL, clipping, the other losses, logging) is TRL's.
@@ -20,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
@@ -38,6 +42,7 @@ class RLOptions:
     dynamic_sampling: bool = False
     max_rounds: int = 4
     dynamic_sampling_by: str = "reward"  # "reward": total reward constant; "accuracy": success all 0 or all 1
+    length_bucket_rows: int | None = None  # rows per log-probability forward, sorted by length; None = TRL's
 
 
 def concat_groups(parts: list[dict], pad_id: int) -> dict:
@@ -66,6 +71,44 @@ def concat_groups(parts: list[dict], pad_id: int) -> dict:
     if unsupported:
         raise NotImplementedError(f"dynamic sampling cannot merge rollout fields {sorted(unsupported)}")
     return out
+
+
+def length_buckets(attention_mask: torch.Tensor, completion_width: int, rows: int) -> list[tuple[torch.Tensor, int, int]]:
+    """Row indices sorted by where their last real token lies, `rows` at a time, each with the column
+    span [lo, hi) that holds every real token of its rows. Prompts are left-padded and completions
+    right-padded to the batch's longest, so a bucket of like lengths cut to its span runs the model
+    over (nearly) only real tokens. The span keeps the last prompt column, which predicts the first
+    completion token, and at least one completion column."""
+    width = attention_mask.size(1)
+    prompt_width = width - completion_width
+    real = attention_mask.bool()
+    first = torch.where(real.any(1), real.int().argmax(1), prompt_width - 1)
+    end = width - real.flip(1).int().argmax(1)  # one past the last real column
+    order = torch.argsort(end, stable=True)
+    buckets = []
+    for start in range(0, len(order), rows):
+        idx = order[start:start + rows]
+        lo = min(int(first[idx].min()), max(prompt_width - 1, 0))
+        buckets.append((idx, lo, max(int(end[idx].max()), prompt_width + 1)))
+    return buckets
+
+
+def bucketed_logps(forward, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                   rows: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`forward(ids, mask, keep) -> (logps, entropies or None)` run bucket by bucket
+    (`length_buckets`), its outputs put back in the batch's row order and width; padding positions
+    get 0, which every loss and metric masks out."""
+    prompt_width = input_ids.size(1) - logits_to_keep
+    logps, entropies, order = [], [], []
+    for idx, lo, hi in length_buckets(attention_mask, logits_to_keep, rows):
+        keep = hi - prompt_width
+        part, entropy = forward(input_ids[idx, lo:hi], attention_mask[idx, lo:hi], keep)
+        logps.append(F.pad(part, (0, logits_to_keep - keep)))
+        if entropy is not None:
+            entropies.append(F.pad(entropy, (0, logits_to_keep - keep)))
+        order.append(idx)
+    inverse = torch.argsort(torch.cat(order))
+    return torch.cat(logps)[inverse], torch.cat(entropies)[inverse] if entropies else None
 
 
 def select_rows(batch: dict, rows: torch.Tensor) -> dict:
@@ -154,6 +197,26 @@ class PosttrainGRPOTrainer(GRPOTrainer):
         self._metrics["train"]["dynamic_sampling/cap_hit"].append(float(not enough))
         self._metrics["train"]["dynamic_sampling/informative_frac"].append(flags[order].float().mean().item())
         return out
+
+    # ---- log-probabilities over length buckets ---------------------------------------------------
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **multimodal):
+        """TRL's, over length buckets (`bucketed_logps`). Positions shift by the trimmed left
+        padding, which rotary attention does not see (it depends on distances only). MoE aux losses
+        and multimodal inputs keep TRL's path."""
+        rows = self.rl.length_bucket_rows
+        if not rows or compute_aux_loss or any(v is not None for v in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal)
+
+        def forward(ids, mask, keep):
+            logps, entropies, _ = super(PosttrainGRPOTrainer, self)._get_per_token_logps_and_entropies(
+                model, ids, mask, keep, compute_entropy=compute_entropy)
+            return logps, entropies
+
+        logps, entropies = bucketed_logps(forward, input_ids, attention_mask, logits_to_keep, rows)
+        return logps, entropies, None
 
     # ---- loss and throughput ---------------------------------------------------------------------
     def _compute_loss(self, model, inputs):

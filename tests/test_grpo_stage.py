@@ -95,7 +95,8 @@ def test_prioritized_sampler_resumes_its_schedule_from_a_checkpoint(tiny_model, 
 def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path, lora):
     """`rollout: ort` through TRL's rollout_func: every step's rollouts come after a refresh of the
     graph's weights, and a rollout after training decodes with the trained weights (the logits HF
-    gives for them), not the starting ones. With LoRA, the graph holds the adapters merged in."""
+    gives for them), not the starting ones. With LoRA, the graph holds the adapters merged in. The
+    log-probabilities run over length buckets, as the demo profile runs this stage."""
     import numpy as np
     import torch
     from datasets import Dataset
@@ -111,7 +112,7 @@ def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path, 
                      learning_rate=1e-2, save_steps=100, evaluate=False, lora={"r": 4, "dropout": 0} if lora else None)
     rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "_index": i} for i in range(8)]
     rollout = OrtRollouts(str(tiny_model), None, 1.0, 1.0, 8, 0, 1)
-    rl = RLOptions(sampler=PromptSampler("random", 8), success_reward=0)
+    rl = RLOptions(sampler=PromptSampler("random", 8), success_reward=0, length_bucket_rows=2)
     trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, StageContext.local(tmp_path)),
                                    train_dataset=Dataset.from_list(rows), reward_funcs=[_varied_unless_easy], rl=rl,
                                    rollout_func=rollout, peft_config=lora_config(cfg))

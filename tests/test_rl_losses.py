@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from stages.grpo_trainer import length_buckets
 from stages.rl_losses import (
     filler_rescale,
     group_advantages,
@@ -196,3 +197,42 @@ def test_kimi_tau_acts_because_each_rollout_batch_is_updated_on_more_than_once(t
     assert torch.allclose(grad(0.1, same), grad(100.0, same))
     updated = inputs["old_per_token_logps"]  # a later update on the same batch: pi has moved from pi_old
     assert not torch.allclose(grad(0.1, updated), grad(100.0, updated))
+
+
+def test_length_buckets_sort_rows_and_cut_each_bucket_to_its_real_tokens():
+    # prompts 3 wide (left-padded), completions 4 wide (right-padded)
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1, 1],    # row 0: prompt 2, completion 4
+                         [1, 1, 1, 1, 0, 0, 0],    # row 1: prompt 3, completion 1
+                         [0, 0, 1, 1, 1, 0, 0],    # row 2: prompt 1, completion 2
+                         [0, 0, 1, 0, 0, 0, 0]])   # row 3: prompt 1, completion empty
+    buckets = [(idx.tolist(), lo, hi) for idx, lo, hi in length_buckets(mask, 4, rows=2)]
+    # by end column: row 3 (3, raised to 4: one completion column at least), row 1 (4), row 2 (5), row 0 (7)
+    assert buckets == [([3, 1], 0, 4), ([2, 0], 1, 7)]
+
+
+@pytest.mark.parametrize("loss", ["grpo", "dapo", "kimi_mirror_descent"])
+def test_length_buckets_give_trl_s_loss_and_gradient(tiny_model, tmp_path, loss):
+    """The policy's log-probabilities over length buckets equal TRL's one padded batch at every real
+    token, and so do the loss and its gradient, with prompts and completions of mixed lengths."""
+    trainer, _ = _trainer(tiny_model, tmp_path, loss)
+    _, inputs = _batch(trainer)
+    inputs["prompt_mask"][1, :3] = 0  # left padding of different widths
+    inputs["prompt_mask"][3, :1] = 0
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+
+    def run(rows):
+        trainer.rl.length_bucket_rows = rows
+        trainer.model.zero_grad()
+        logps, entropy, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, 8,
+                                                                        compute_entropy=True)
+        value = trainer._compute_loss(trainer.model, inputs)
+        value.backward()
+        grads = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+        real = inputs["completion_mask"].bool()
+        return logps.detach()[real], entropy.detach()[real], value.item(), grads
+
+    padded, bucketed = run(None), run(2)
+    assert torch.allclose(padded[0], bucketed[0], atol=1e-4) and torch.allclose(padded[1], bucketed[1], atol=1e-4)
+    assert bucketed[2] == pytest.approx(padded[2], rel=1e-4, abs=1e-6)
+    assert torch.allclose(padded[3], bucketed[3], rtol=1e-3, atol=1e-6)
