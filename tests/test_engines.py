@@ -181,3 +181,27 @@ def test_a_models_weights_are_hashed_once_per_process_until_they_change(tmp_path
     weights.write_bytes(b"b" * 64)  # same size; a later modification time
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000))
     assert files.weights_fingerprint(tmp_path) != first and len(hashed) == 2
+
+
+@pytest.mark.parametrize("engine", ["hf", "ort", "ct2"])
+def test_sampling_draws_from_the_whole_distribution_not_the_top_50(tiny_model, engine):
+    """Sampled tokens come from the model's distribution after temperature and top_p, as TRL (its
+    `top_k=0`), vLLM and the papers sample. HF's generate and ONNX Runtime GenAI keep only the 50
+    likeliest tokens unless told otherwise, and GRPO's `rollout: ort` then sampled from another policy
+    than the one whose log-probabilities it trains on. On the random tiny model, at temperature 2,
+    32 draws that all land in the top 50 of its 642 tokens would mean a top-k cut."""
+    import torch
+
+    from toolkit.rollouts import ct2, hf, ort
+
+    model, tokenizer = hf.load_for_generation(str(tiny_model))
+    samplers = {"hf": lambda: hf.hf_sampler(model, tokenizer),
+                "ort": lambda: ort.ort_sampler(ort.open_model(ort.converted(str(tiny_model), "float32"), 1), tokenizer),
+                "ct2": lambda: ct2.ct2_sampler(ct2.open_generator(ct2.converted(str(tiny_model)), "float32", 1),
+                                               tokenizer)}
+    ids = tokenizer("What is 2 + 3?")["input_ids"]
+    rows = samplers[engine]()([ids] * 32, 1, False, SamplingSpec(temperature=2.0, seed=0))
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, -1]
+    rank = torch.argsort(torch.argsort(logits, descending=True))
+    assert len(logits) > 500 and max(int(rank[row[0]]) for row in rows) >= 50

@@ -40,8 +40,8 @@ def hf_sampler(model, tokenizer) -> TokenSampler:
                spec: SamplingSpec) -> list[list[int]]:
         kwargs = dict(max_new_tokens=max_new_tokens, do_sample=spec.temperature > 0,
                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        if spec.temperature > 0:
-            kwargs.update(temperature=spec.temperature, top_p=spec.top_p)
+        if spec.temperature > 0:  # top_k 0: not generate's default of the 50 likeliest tokens
+            kwargs.update(temperature=spec.temperature, top_p=spec.top_p, top_k=0)
         stops, stop_string = {tokenizer.eos_token_id}, False
         if stop_at_think_end:
             if (think_end := think_end_id(tokenizer)) is not None:

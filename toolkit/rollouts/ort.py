@@ -132,7 +132,9 @@ def ort_sampler(model, tokenizer) -> TokenSampler:
         params = og.GeneratorParams(model)
         options = dict(max_length=width + max_new_tokens, batch_size=len(seqs), do_sample=spec.temperature > 0)
         if spec.temperature > 0:
-            options.update(temperature=spec.temperature, top_p=spec.top_p, random_seed=spec.seed + generators_made[0])
+            # top_k 0: the whole distribution, not the builder's genai_config default of the 50 likeliest
+            options.update(temperature=spec.temperature, top_p=spec.top_p, top_k=0,
+                           random_seed=spec.seed + generators_made[0])
         generators_made[0] += 1
         params.set_search_options(**options)
         generator = og.Generator(model, params)

@@ -24,6 +24,8 @@ THINK_END = "</think>"
 @dataclass
 class SamplingSpec:
     max_new_tokens: int = 256  # the whole completion (without a budget)
+    # Sampled: from the whole distribution after temperature and top_p, as TRL, vLLM and the papers
+    # sample; no engine may cut it to its top-k by a default of its own (HF's and ORT GenAI's is 50).
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     n: int = 1  # completions per prompt
