@@ -6,13 +6,12 @@ training half of a step; issue: fast generation).
 One grpo stage as the demo's RL stages run it (G = 8, 16 completions per step, `--tokens` new
 tokens, accuracy and format rewards, synthetic_math levels 1-3, beta 0.04 so the reference model's
 forward is in every step), run three times in one fresh home from the same model, one after the
-other. Printed per engine, from the stage's
-MLflow run: seconds per step (TRL's `step_time`, mean over the steps after the first), of which
-rollouts (`rollout/seconds`: generation, the weight refresh and reward scoring) and the refresh alone
-(`rollout/refresh_s`), the mean reward and completion length over all steps, and the ratio of step
-times against HF in the same run. The two engines draw from different random streams, so rewards
-agree only in distribution; the two ORT runs share the seed, so they differ only by the buckets'
-float rounding.
+other. Printed per run, from the stage's MLflow run: seconds per step (TRL's `step_time`, mean over
+the steps after the first), of which rollouts (`rollout/seconds`: generation, the weight refresh,
+reward scoring and the reference model's forward) and the refresh alone (`rollout/refresh_s`), the
+mean reward and completion length over all steps, and the ratio of step times against HF in the
+same run. The two engines draw from different random streams, so rewards agree only in
+distribution; the two ORT runs share the seed, so they differ only by the buckets' float rounding.
 
     .venv/bin/python benchmarks/bench_grpo_rollouts.py [--model smollm2-135m-instruct] [--steps 6] [--tokens 128]
 """

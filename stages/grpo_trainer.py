@@ -88,7 +88,7 @@ def length_buckets(attention_mask: torch.Tensor, completion_width: int, rows: in
     buckets = []
     for start in range(0, len(order), rows):
         idx = order[start:start + rows]
-        lo = min(int(first[idx].min()), max(prompt_width - 1, 0))
+        lo = max(min(int(first[idx].min()), prompt_width - 1), 0)
         buckets.append((idx, lo, max(int(end[idx].max()), prompt_width + 1)))
     return buckets
 
