@@ -204,7 +204,7 @@ class PosttrainGRPOTrainer(GRPOTrainer):
         """TRL's, over length buckets (`bucketed_logps`). Positions shift by the trimmed left
         padding, which rotary attention does not see (it depends on distances only). MoE aux losses
         and multimodal inputs keep TRL's path."""
-        rows = self.rl.length_bucket_rows
+        rows = min(self.rl.length_bucket_rows or 0, batch_size or input_ids.size(0))  # never above TRL's chunk
         if not rows or compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
