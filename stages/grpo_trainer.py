@@ -8,8 +8,9 @@
   dilute nothing: `filler_rescale`);
 - Kimi k1.5's mirror-descent loss (`stages.rl_losses.kimi_mirror_descent_loss`);
 - log-probabilities (the policy's and the reference's) computed over buckets of rows of like length,
-  each trimmed of the padding no row in it needs (`length_buckets`): the same numbers as TRL's one
-  padded batch, for the work of the real tokens (`length_bucket_rows`; None keeps TRL's);
+  each trimmed of the padding no row in it needs, with a prompt its group shares run once
+  (`stages.logp_buckets`): the same numbers as TRL's one padded batch, for the work of the real
+  tokens (`length_bucket_rows`; None keeps TRL's);
 - rollout and training throughput and an accuracy metric in every logged step.
 
 Everything else (generation, reference model, KL, clipping, the other losses, logging) is TRL's.
@@ -23,10 +24,10 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
+from stages.logp_buckets import bucketed_logps, shared_prompt_forward
 from stages.prompt_sampler import PromptSampler
 from stages.rl_losses import filler_rescale, kimi_mirror_descent_loss, zero_variance_groups
 
@@ -71,44 +72,6 @@ def concat_groups(parts: list[dict], pad_id: int) -> dict:
     if unsupported:
         raise NotImplementedError(f"dynamic sampling cannot merge rollout fields {sorted(unsupported)}")
     return out
-
-
-def length_buckets(attention_mask: torch.Tensor, completion_width: int, rows: int) -> list[tuple[torch.Tensor, int, int]]:
-    """Row indices sorted by where their last real token lies, `rows` at a time, each with the column
-    span [lo, hi) that holds every real token of its rows. Prompts are left-padded and completions
-    right-padded to the batch's longest, so a bucket of like lengths cut to its span runs the model
-    over (nearly) only real tokens. The span keeps the last prompt column, which predicts the first
-    completion token, and at least one completion column."""
-    width = attention_mask.size(1)
-    prompt_width = width - completion_width
-    real = attention_mask.bool()
-    first = torch.where(real.any(1), real.int().argmax(1), prompt_width - 1)
-    end = width - real.flip(1).int().argmax(1)  # one past the last real column
-    order = torch.argsort(end, stable=True)
-    buckets = []
-    for start in range(0, len(order), rows):
-        idx = order[start:start + rows]
-        lo = max(min(int(first[idx].min()), prompt_width - 1), 0)
-        buckets.append((idx, lo, max(int(end[idx].max()), prompt_width + 1)))
-    return buckets
-
-
-def bucketed_logps(forward, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                   rows: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`forward(ids, mask, keep) -> (logps, entropies or None)` run bucket by bucket
-    (`length_buckets`), its outputs put back in the batch's row order and width; padding positions
-    get 0, which every loss and metric masks out."""
-    prompt_width = input_ids.size(1) - logits_to_keep
-    logps, entropies, order = [], [], []
-    for idx, lo, hi in length_buckets(attention_mask, logits_to_keep, rows):
-        keep = hi - prompt_width
-        part, entropy = forward(input_ids[idx, lo:hi], attention_mask[idx, lo:hi], keep)
-        logps.append(F.pad(part, (0, logits_to_keep - keep)))
-        if entropy is not None:
-            entropies.append(F.pad(entropy, (0, logits_to_keep - keep)))
-        order.append(idx)
-    inverse = torch.argsort(torch.cat(order))
-    return torch.cat(logps)[inverse], torch.cat(entropies)[inverse] if entropies else None
 
 
 def select_rows(batch: dict, rows: torch.Tensor) -> dict:
@@ -201,21 +164,25 @@ class PosttrainGRPOTrainer(GRPOTrainer):
     # ---- log-probabilities over length buckets ---------------------------------------------------
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):
-        """TRL's, over length buckets (`bucketed_logps`). Positions shift by the trimmed left
-        padding, which rotary attention does not see (it depends on distances only). MoE aux losses
-        and multimodal inputs keep TRL's path."""
+        """TRL's, over length buckets (`stages.logp_buckets`), each distinct prompt run once where
+        rows share it. Gradient checkpointing recomputes each layer without its cache, so with it
+        every row runs its own prompt. MoE aux losses and multimodal inputs keep TRL's path."""
         rows = min(self.rl.length_bucket_rows or 0, batch_size or input_ids.size(0))  # never above TRL's chunk
         if not rows or compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **multimodal)
+        prompt_width = input_ids.size(1) - logits_to_keep
 
-        def forward(ids, mask, keep):
+        def rows_alone(idx, lo, hi):
             logps, entropies, _ = super(PosttrainGRPOTrainer, self)._get_per_token_logps_and_entropies(
-                model, ids, mask, keep, compute_entropy=compute_entropy)
+                model, input_ids[idx, lo:hi], attention_mask[idx, lo:hi], hi - prompt_width,
+                compute_entropy=compute_entropy)
             return logps, entropies
 
-        logps, entropies = bucketed_logps(forward, input_ids, attention_mask, logits_to_keep, rows)
+        shared = None if self.args.gradient_checkpointing else shared_prompt_forward(
+            model, input_ids, attention_mask, logits_to_keep, compute_entropy, self.accelerator.autocast)
+        logps, entropies = bucketed_logps(shared or rows_alone, attention_mask, logits_to_keep, rows)
         return logps, entropies, None
 
     # ---- loss and throughput ---------------------------------------------------------------------

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from stages.grpo_trainer import length_buckets
+from stages.logp_buckets import length_buckets
 from stages.rl_losses import (
     filler_rescale,
     group_advantages,
@@ -210,16 +210,26 @@ def test_length_buckets_sort_rows_and_cut_each_bucket_to_its_real_tokens():
     assert buckets == [([3, 1], 0, 4), ([2, 0], 1, 7)]
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["distinct_prompts", "groups_share_prompts"])
 @pytest.mark.parametrize("loss", ["grpo", "dapo", "kimi_mirror_descent"])
-def test_length_buckets_give_trl_s_loss_and_gradient(tiny_model, tmp_path, loss):
+def test_length_buckets_give_trl_s_loss_and_gradient(tiny_model, tmp_path, loss, shared):
     """The policy's log-probabilities over length buckets equal TRL's one padded batch at every real
-    token, and so do the loss and its gradient, with prompts and completions of mixed lengths."""
+    token, and so do the loss and its gradient, with prompts and completions of mixed lengths; where
+    groups share a prompt (as GRPO's do), that prompt runs once and its gradient comes from each row."""
+    from stages.logp_buckets import shared_prompt_forward
+
     trainer, _ = _trainer(tiny_model, tmp_path, loss)
     _, inputs = _batch(trainer)
     inputs["prompt_mask"][1, :3] = 0  # left padding of different widths
     inputs["prompt_mask"][3, :1] = 0
+    if shared:  # two groups of two: rows 0-1 with 3 padding columns, rows 2-3 with 1
+        inputs["prompt_ids"][0], inputs["prompt_ids"][2] = inputs["prompt_ids"][1], inputs["prompt_ids"][3]
+        inputs["prompt_mask"][0], inputs["prompt_mask"][2] = inputs["prompt_mask"][1], inputs["prompt_mask"][3]
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    with torch.no_grad():  # the path under test: shared prompts run once, distinct ones row by row
+        assert (shared_prompt_forward(trainer.model, ids, attention, 8, False, trainer.accelerator.autocast)
+                is not None) == shared
 
     def run(rows):
         trainer.rl.length_bucket_rows = rows
