@@ -1,7 +1,7 @@
 """GRPO step time with TRL's own rollouts (HF generate) against ONNX Runtime GenAI rollouts with the
 policy's weights written into its graph every step (`rollout: ort`), and against those rollouts with
-the log-probabilities computed over length buckets of 4 completions (`length_bucket_rows: 4`, the
-training half of a step; issue: fast generation).
+the log-probabilities computed over length buckets of 4 completions, each group's shared prompt run
+once (`length_bucket_rows: 4`, the training half of a step; issue: fast generation).
 
 One grpo stage as the demo's RL stages run it (G = 8, 16 completions per step, `--tokens` new
 tokens, accuracy and format rewards, synthetic_math levels 1-3, beta 0.04 so the reference model's
