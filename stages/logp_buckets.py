@@ -27,6 +27,12 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 BucketForward = Callable[[torch.Tensor, int, int], tuple[torch.Tensor, torch.Tensor | None]]
 
 
+def first_real_column(mask: torch.Tensor, default: int) -> torch.Tensor:
+    """Each row's first unmasked column; `default` for a row with none."""
+    real = mask.bool()
+    return torch.where(real.any(1), real.int().argmax(1), default)
+
+
 def length_buckets(attention_mask: torch.Tensor, completion_width: int, rows: int) -> list[tuple[torch.Tensor, int, int]]:
     """Row indices sorted by where their last real token lies, `rows` at a time, each with the column
     span [lo, hi) that holds every real token of its rows. Prompts are left-padded and completions
@@ -35,9 +41,8 @@ def length_buckets(attention_mask: torch.Tensor, completion_width: int, rows: in
     completion token, and at least one completion column."""
     width = attention_mask.size(1)
     prompt_width = width - completion_width
-    real = attention_mask.bool()
-    first = torch.where(real.any(1), real.int().argmax(1), prompt_width - 1)
-    end = width - real.flip(1).int().argmax(1)  # one past the last real column
+    first = first_real_column(attention_mask, prompt_width - 1)
+    end = width - attention_mask.bool().flip(1).int().argmax(1)  # one past the last real column
     order = torch.argsort(end, stable=True)
     buckets = []
     for start in range(0, len(order), rows):
@@ -91,8 +96,7 @@ def shared_prompt_forward(model, input_ids: torch.Tensor, attention_mask: torch.
     if groups is None or prompt_width < 2:
         return None
     inverse, holder = groups
-    real = attention_mask[holder, :prompt_width - 1].bool()
-    lo = int(torch.where(real.any(1), real.int().argmax(1), prompt_width - 1).min())
+    lo = int(first_real_column(attention_mask[holder, :prompt_width - 1], prompt_width - 1).min())
     if lo >= prompt_width - 1:
         return None
     prefix_mask = attention_mask[holder, lo:prompt_width - 1]
