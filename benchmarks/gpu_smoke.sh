@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# GPU smoke check for one H200 (under 8 minutes): SFT and GRPO under DeepSpeed ZeRO-2 and ZeRO-3 on a
-# random ~1.5B-parameter model built here; prints tokens/s and MFU and writes benchmarks/results/gpu_smoke.json.
+# GPU smoke check for one H200: SFT and GRPO under DeepSpeed ZeRO-2 and ZeRO-3 on a random ~1.5B-parameter
+# model built here; prints tokens/s and MFU and writes benchmarks/results/gpu_smoke.json. On an H200
+# (2026-12-04) each stage took 2-3 minutes, most of it starting, loading and saving the 3 GB model, so
+# the four need about 10 minutes; a lease shorter than that runs a subset with --stages.
 #   benchmarks/gpu_smoke.sh              on the GPU machine (after `make setup`)
+#   benchmarks/gpu_smoke.sh --stages grpo_zero2 grpo_zero3
 #   benchmarks/gpu_smoke.sh --shrink     CPU dry run: a 2-layer model, 2 steps per stage
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec timeout 480 .venv/bin/python benchmarks/gpu_smoke.py "$@"
+exec timeout 720 .venv/bin/python benchmarks/gpu_smoke.py "$@"
