@@ -15,14 +15,13 @@ Usage: benchmarks/gpu_smoke.sh [--shrink] [--stages NAME ...] [--out FILE]
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
-from recipe_runs import POSTTRAIN, ROOT, fresh_home, latest_stages, table_header, table_row
+from recipe_runs import ROOT, fresh_home, latest_stages, run_recipe, table_header, table_row
 
 H200_BF16_FLOPS = 989e12
 FULL = {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 32, "num_attention_heads": 12,
@@ -68,21 +67,10 @@ def recipe(model: Path, shrink: bool, only: list[str]) -> dict:
             "launch": "benchmarks/gpu_smoke.sh", "stages": stages}
 
 
-def run_until(recipe_file: Path, env: dict[str, str], deadline: float) -> int:
-    """`posttrain run` stopped by Ctrl-C at the deadline, as a person would stop it: the running stage is
-    marked interrupted and the stages that finished keep their metrics, so a short lease still reports
-    them (the shell script's `timeout` is only the backstop)."""
-    run = subprocess.Popen([POSTTRAIN, "run", str(recipe_file)], cwd=ROOT, env=env)
-    try:
-        return run.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        print("gpu_smoke: deadline reached, stopping the run (Ctrl-C)", flush=True)
-        run.send_signal(signal.SIGINT)
-        try:
-            return run.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            run.kill()
-            return run.wait()
+def positive_seconds(text: str) -> float:
+    if (value := float(text)) <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
+    return value
 
 
 def main() -> int:
@@ -90,18 +78,18 @@ def main() -> int:
     ap.add_argument("--shrink", action="store_true", help="a 2-layer model and 2 steps per stage (CPU dry run)")
     ap.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES),
                     help="a subset, for a lease too short for all four (each takes 2-3 minutes on an H200)")
-    ap.add_argument("--deadline-s", type=float, default=660, help="stop the run this long after the start and "
+    ap.add_argument("--deadline-s", type=positive_seconds, default=660, help="stop the run this long after the start and "
                     "report the stages that finished (the script's backstop kills everything at 720 s)")
     ap.add_argument("--out", default=None, help="results JSON (default: benchmarks/results/gpu_smoke[-shrunk].json)")
     a = ap.parse_args()
     out = Path(a.out or ROOT / "benchmarks" / "results" / f"gpu_smoke{'-shrunk' if a.shrink else ''}.json")
     work, env = fresh_home("gpu-smoke-")  # the model is built inside the home
-    started, deadline = time.perf_counter(), time.monotonic() + a.deadline_s
+    started = time.perf_counter()
     params = build_model(work / "model", SHRUNK if a.shrink else FULL, work)
     built = time.perf_counter() - started
     print(f"random Qwen3: {params / 1e6:,.1f} M parameters, built in {built:.0f} s", flush=True)
     (work / "gpu_smoke.yaml").write_text(yaml.safe_dump(recipe(work / "model", a.shrink, a.stages), sort_keys=False))
-    code = run_until(work / "gpu_smoke.yaml", env, deadline)
+    code, _ = run_recipe(str(work / "gpu_smoke.yaml"), env, check=False, deadline=started + a.deadline_s)
     rows = []
     for stage in latest_stages(env):
         m = stage.get("metrics", {})

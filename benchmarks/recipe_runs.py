@@ -3,6 +3,7 @@ Prefect or MLflow settings of the caller leak in) and read its stages back from 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,11 +20,28 @@ def fresh_home(prefix: str) -> tuple[Path, dict[str, str]]:
     return home, {**env, "POSTTRAIN_HOME": str(home)}
 
 
-def run_recipe(recipe: str, env: dict[str, str], *args: str, check: bool = True) -> tuple[int, float]:
-    """`posttrain run RECIPE ARGS...`: its exit code and wall seconds."""
+def run_recipe(recipe: str, env: dict[str, str], *args: str, check: bool = True,
+               deadline: float | None = None) -> tuple[int, float]:
+    """`posttrain run RECIPE ARGS...`: its exit code and wall seconds. At `deadline` (a
+    `time.perf_counter()` value) the run is stopped with Ctrl-C, as a person would stop it: the running
+    stage is marked interrupted and the stages that finished keep their metrics (killed if it has not
+    exited 60 s later)."""
     started = time.perf_counter()
-    done = subprocess.run([POSTTRAIN, "run", recipe, *args], cwd=ROOT, env=env, check=check)
-    return done.returncode, time.perf_counter() - started
+    cmd = [POSTTRAIN, "run", recipe, *args]
+    run = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    try:
+        code = run.wait(timeout=None if deadline is None else max(0.0, deadline - time.perf_counter()))
+    except subprocess.TimeoutExpired:
+        print(f"deadline reached: stopping `posttrain run {recipe}` (Ctrl-C)", flush=True)
+        run.send_signal(signal.SIGINT)
+        try:
+            code = run.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            code = run.wait()
+    if check and code:
+        raise subprocess.CalledProcessError(code, cmd)
+    return code, time.perf_counter() - started
 
 
 def shown_run(env: dict[str, str] | None = None, run: str = "latest") -> dict | None:
