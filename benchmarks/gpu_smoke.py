@@ -60,7 +60,11 @@ def recipe(model: Path, shrink: bool, only: list[str]) -> dict:
            "max_length": 256}
     grpo = {**common, "kind": "grpo", "max_steps": 2 if shrink else 6, "per_device_batch_size": 4 if shrink else 16,
             "num_generations": 4 if shrink else 8, "max_completion_length": 16 if shrink else 256,
-            "rewards": [{"name": "accuracy_math"}, {"name": "format_think", "weight": 0.5}]}
+            # A random model earns no accuracy or format reward, so every advantage would be 0 and the
+            # step would train nothing. The share of repeated tokens in its near-uniform samples differs
+            # between completions, so a unigram repetition penalty gives GRPO a nonzero gradient.
+            "rewards": [{"name": "accuracy_math"}, {"name": "format_think", "weight": 0.5},
+                        {"name": "repetition", "params": {"ngram": 1}, "weight": 0.5}]}
     stages = [{"name": f"{kind}_{zero}", **cfg, "launcher": {"mode": "deepspeed", "ranks": 1, "deepspeed_config": zero}}
               for kind, cfg in (("sft", sft), ("grpo", grpo)) for zero in ("zero2", "zero3") if f"{kind}_{zero}" in only]
     return {"name": "gpu_smoke", "description": "SFT and GRPO under ZeRO-2 and ZeRO-3 on a random ~1.5B model",
