@@ -262,6 +262,21 @@ def test_forked_deepspeed_ranks_get_the_launchers_variables_and_fail_together(tm
         warm.launch([str(report)], log, env, module="warm_target", ranks=2)
 
 
+def test_forked_ranks_whose_first_torch_work_is_in_threads_do_not_lose_the_thread_pool(tmp_path, monkeypatch):
+    """torch replaces its pthreadpool after a fork without a lock; a rank whose first parallel work
+    ran in several new threads at once (transformers' weight loading) failed with `Invalid thread
+    pool!` in about a third of forks. Twelve ranks: all would pass by chance about once in a hundred."""
+    from pipeline.launch import warm
+
+    monkeypatch.chdir(REPO / "tests")
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29556", "OMP_NUM_THREADS": "2"}
+    for attempt in range(6):
+        log = tmp_path / f"worker-{attempt}.log"
+        code = warm.launch([str(tmp_path / "report.json"), "threads_first"], log, env, module="warm_target",
+                           ranks=2).wait(timeout=120)
+        assert code == 0, log.read_text()[-2000:]
+
+
 def _group(pgid: int) -> int:
     """Live processes in process group `pgid`."""
     count = 0

@@ -27,6 +27,13 @@ def main(argv: list[str]) -> int:
         time.sleep(300)
     if how == "raise":
         raise ValueError("a worker that fails")
+    if how == "threads_first":  # as transformers loads weights: the fork's first torch work is in 4 new threads
+        from concurrent.futures import ThreadPoolExecutor
+
+        tensors = [torch.ones(64 * 1024, dtype=torch.bfloat16) for _ in range(16)]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(lambda t: t.to(torch.float32), tensors))
+        return 0
     if how == "rank_1_fails":  # its sibling waits, as a rank waits in a collective for a dead one
         if rank == "1":
             return 5
