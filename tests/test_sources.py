@@ -63,6 +63,28 @@ def test_ifeval_reference_answers_satisfy_their_constraints_and_others_do_not():
     assert kinds >= {"word_count", "keywords", "json", "lowercase", "bullets", "language"}
 
 
+def test_ifeval_rows_with_thinking_plan_every_constraint_then_give_the_same_response():
+    """`thinking: true` (qwen3's fusion data): the same prompts and constraints; the solution is a
+    closed think block that names each constraint, then exactly the plain row's response."""
+    from toolkit.core.text import split_thinking
+    from toolkit.rewards import get_reward
+
+    plain = load_rows("ifeval_synthetic", "train", 40)
+    thinking = load_rows("ifeval_synthetic", "train", 40, params={"thinking": True})
+    assert [r["prompt"] for r in thinking] == [r["prompt"] for r in plain]
+    assert [r["answer"] for r in thinking] == [r["answer"] for r in plain]
+    words = {"bullets": "bullet points", "json": "JSON", "lowercase": "lowercase", "ends_with": "last words",
+             "keywords": "the word", "word_count": "words", "language": "English only"}
+    for t, p in zip(thinking, plain):
+        plan, response = split_thinking(t["solution"])
+        assert plan and response == p["solution"]
+        assert all(words[c["type"]] in plan for c in json.loads(t["answer"])), plan
+    reward = get_reward("ifeval_constraints")  # it judges the response after </think> only
+    assert reward(completions=[r["solution"] for r in thinking], answer=[r["answer"] for r in thinking]) == [1.0] * 40
+    assert check_data_spec("ifeval_synthetic", {"thinking": "yes"}) == [
+        (("params", "thinking"), "ifeval_synthetic: thinking must be true or false, not 'yes'")]
+
+
 def test_general_chat_has_responses_and_no_gold():
     rows = load_rows("general_chat", "all")
     assert len(rows) >= 50 and all(r["solution"] and r["answer"] is None and r["verifier"] == "none" for r in rows)

@@ -3,6 +3,11 @@ offline. Each row's `answer` is the JSON constraint list the `ifeval_constraints
 (word-count bounds, required keywords, JSON output, all lowercase, bullet count, response
 language, closing phrase), and its `solution` is a reference response that satisfies all of them
 (checked as each row is made). Difficulty = number of constraints.
+
+With `thinking=True` the solution is long-CoT shaped, as synthetic_math's: a written plan inside
+<think>...</think> (each constraint restated, the facts chosen, the result checked against every
+constraint), then the same reference response. Ours: it gives thinking-mode SFT (qwen3's fusion)
+instruction rows whose think block is short and closed; the constraints judge only the response.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Iterator
 
 from data_curation.schema import make_row
 from data_curation.sources.splits import in_split
+from toolkit.core.thinking import thinking_response
 from toolkit.rewards.ifeval import check_constraints
 
 NAME = "ifeval_synthetic"
@@ -40,7 +46,7 @@ TASKS = ["Write a short explanation of {topic}.", "Tell a curious student about 
 CLOSINGS = ["That is all.", "I hope this helps.", "Thank you for reading."]
 
 
-def _build(r: random.Random, topic: str) -> tuple[str, str, list[dict]]:
+def _build(r: random.Random, topic: str) -> tuple[str, str, list[dict], list[str]]:
     facts = TOPICS[topic]
     layout = r.choice(["plain", "bullets", "json"])
     k = r.randint(2, len(facts))
@@ -84,10 +90,33 @@ def _build(r: random.Random, topic: str) -> tuple[str, str, list[dict]]:
         constraints.append({"type": "language", "language": "en"})
         asks.append("Respond in English.")
     question = r.choice(TASKS).format(topic=topic) + " " + " ".join(asks)
-    return question, response, constraints
+    return question, response, constraints, chosen
 
 
-def rows(split: str = "train", n: int | None = 200, seed: int = 0, eval_share: float = 0.2) -> Iterator[dict]:
+def _plan(topic: str, constraints: list[dict], facts: list[str], response: str) -> str:
+    """The thinking of a `thinking=True` row: what is asked, what is used, and the check."""
+    said = {"bullets": lambda c: f"exactly {c['count']} bullet points starting with '- ', one fact each",
+            "json": lambda c: "the whole answer as one JSON object with the topic and the facts",
+            "lowercase": lambda c: "every letter in lowercase",
+            "ends_with": lambda c: f"the last words \"{c['text']}\"",
+            "keywords": lambda c: "the word" + ("s " if len(c["words"]) > 1 else " ") + " and ".join(c["words"]),
+            "word_count": lambda c: f"{c['min']} to {c['max']} words",
+            "language": lambda c: "English only"}
+    asked = "; ".join(said[c["type"]](c) for c in constraints)
+    words = len(response.split())
+    return (f"The question is about {topic}. It asks for: {asked}.\n"
+            f"Facts to use ({len(facts)}): " + " ".join(facts) + "\n"
+            f"Check: {words} words, and " + ("the requirement above is met." if len(constraints) == 1 else
+                                             f"each of the {len(constraints)} requirements above is met."))
+
+
+def param_problems(thinking=False, **_) -> list[tuple[str, str]]:
+    """(parameter, message) for values `rows` would misread; recipe validation asks before any compute."""
+    return [] if isinstance(thinking, bool) else [("thinking", f"thinking must be true or false, not {thinking!r}")]
+
+
+def rows(split: str = "train", n: int | None = 200, seed: int = 0, eval_share: float = 0.2,
+         thinking: bool = False) -> Iterator[dict]:
 
     n = 200 if n is None else n
     made, index, seen = 0, 0, set()
@@ -95,11 +124,12 @@ def rows(split: str = "train", n: int | None = 200, seed: int = 0, eval_share: f
         r = random.Random(f"{NAME}:{index}")  # the item at an index never depends on the seed...
         index += 1
         topic = sorted(TOPICS)[r.randrange(len(TOPICS))]
-        question, response, constraints = _build(r, topic)
+        question, response, constraints, facts = _build(r, topic)
         if question in seen or not in_split(question, split, seed, eval_share):  # ...only its split does
             continue
         seen.add(question)
         assert check_constraints(response, constraints) == 1.0, (question, response)
+        solution = thinking_response(_plan(topic, constraints, facts, response), response) if thinking else response
         yield make_row(id=f"{NAME}/{split}/{seed}/{made}", question=question, answer=json.dumps(constraints),
-                       verifier="ifeval", solution=response, source=NAME, difficulty=len(constraints))
+                       verifier="ifeval", solution=solution, source=NAME, difficulty=len(constraints))
         made += 1
