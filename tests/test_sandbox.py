@@ -70,19 +70,28 @@ def test_environment_secrets_are_not_visible(monkeypatch):
 
 
 def test_no_process_outlives_a_fork_bomb():
-    result = run_python("import os, time\nfor _ in range(20):\n    if os.fork() == 0:\n        time.sleep(60)\ntime.sleep(60)",
-                        timeout_s=2, max_procs=32, memory_mb=2048)
+    # The marker names this test's processes: another test's sandbox may run beside it (xdist), under
+    # the same uid range. They sleep 60 s, so one still there after 2 s has outlived the sandbox.
+    marker = f"fork bomb {os.getpid()} {time.time_ns()}"
+    code = f"# {marker}\nimport os, time\nfor _ in range(20):\n    if os.fork() == 0:\n        time.sleep(60)\ntime.sleep(60)"
+    result = run_python(code, timeout_s=2, max_procs=32, memory_mb=2048)
     assert result.timed_out
-    time.sleep(0.3)
-    sleepers = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
+
+    def sleepers() -> list[str]:
+        found = []
+        for p in Path("/proc").iterdir():
             try:
-                if p.stat().st_uid >= 200_000 and (p / "stat").read_text().split()[2] != "Z":
-                    sleepers.append(p.name)
+                if p.name.isdigit() and marker.encode() in (p / "cmdline").read_bytes() \
+                        and (p / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(p.name)
             except OSError:
                 pass
-    assert sleepers == []
+        return found
+
+    deadline = time.monotonic() + 2.0
+    while (left := sleepers()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == []
 
 
 def test_a_socket_cannot_reach_a_real_listener_on_loopback():
