@@ -265,7 +265,8 @@ def test_forked_deepspeed_ranks_get_the_launchers_variables_and_fail_together(tm
 def test_forked_ranks_whose_first_torch_work_is_in_threads_do_not_lose_the_thread_pool(tmp_path, monkeypatch):
     """torch replaces its pthreadpool after a fork without a lock; a rank whose first parallel work
     ran in several new threads at once (transformers' weight loading) failed with `Invalid thread
-    pool!` in about a third of forks. Twelve ranks: all would pass by chance about once in a hundred."""
+    pool!` in 5-33% of forks (benchmarks/fork_thread_pool.py; the rate falls with the machine's load).
+    Twelve ranks pass by chance about once in a hundred at the idle rate, about half the time at 5%."""
     from pipeline.launch import warm
 
     monkeypatch.chdir(REPO / "tests")

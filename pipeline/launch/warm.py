@@ -268,8 +268,9 @@ def _apply_thread_budget() -> None:
     The main thread never makes that use itself (its per-thread init was done before the fork), so the
     first users are new threads, and when several start at once (transformers loads weights with 4)
     one can find no pool: `RuntimeError: ... Invalid thread pool!`. Setting the count here replaces the
-    pool while one thread runs. Measured with torch 2.13: children forked twice that convert tensors in
-    4 threads failed 50 times in 150 without this call, 0 times with it.
+    pool while one thread runs. Measured with torch 2.13 (benchmarks/fork_thread_pool.py): ranks forked
+    as here whose first work converts tensors in 4 threads failed 7-50 times in 150 without this call,
+    depending on the machine's load, and 0 times with it.
     """
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
