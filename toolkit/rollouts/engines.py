@@ -140,10 +140,12 @@ def _load(model_dir: str, engine: str, precision: str, trust_remote_code: bool) 
     chosen, threads = resolve_engine(engine, precision, model_dir), thread_budget()
     if chosen == "vllm":
         from toolkit.rollouts.hf import load_tokenizer
-        from toolkit.rollouts.vllm import generate_vllm
+        from toolkit.rollouts.vllm import generate_vllm, load_vllm
+
+        llm = load_vllm(model_dir, trust_remote_code, precision)
 
         def run(prompts, spec, progress):
-            return generate_vllm(model_dir, prompts, spec, trust_remote_code, precision)
+            return generate_vllm(llm, prompts, spec)
         return Engine("vllm", precision, threads, load_tokenizer(model_dir, trust_remote_code), run)
     if chosen == "ct2":
         from toolkit.rollouts.ct2 import converted, ct2_sampler, open_generator

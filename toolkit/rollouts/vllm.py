@@ -21,16 +21,24 @@ def vllm_unavailable() -> list[str]:
     return problems
 
 
-def generate_vllm(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec,
-                  trust_remote_code: bool = False, precision: str = "bfloat16") -> list[list[Completion]]:
+def load_vllm(model_dir: str, trust_remote_code: bool = False, precision: str = "bfloat16"):
+    """vLLM's offline engine over `model_dir`, loaded once per Engine: its start (weights,
+    compilation, CUDA graphs, the KV cache) costs more than most sampling calls, so an evaluation's
+    modes and budgets share one. The engine seed is fixed; each call's `spec.seed` seeds its
+    requests (vLLM gives a request's n samples seed, seed+1, ...)."""
+    from vllm import LLM
+
+    return LLM(model=model_dir, trust_remote_code=trust_remote_code, seed=0, enable_prefix_caching=True,
+               dtype=precision)
+
+
+def generate_vllm(llm, prompts: list[list[dict] | str], spec: SamplingSpec) -> list[list[Completion]]:
     """The same contract on vLLM's offline engine; the budget's second phase resubmits each
     sequence's text, which vLLM's prefix cache serves without recomputing it.
-    Not exercised on this CPU-only machine."""
-    from vllm import LLM, SamplingParams
+    Exercised on a GPU by benchmarks/gpu_generation.py, not on this CPU-only machine's tests."""
+    from vllm import SamplingParams
 
     spec = spec.effective()
-    llm = LLM(model=model_dir, trust_remote_code=trust_remote_code, seed=spec.seed, enable_prefix_caching=True,
-              dtype=precision)
     tokenizer = llm.get_tokenizer()
     texts = [render(tokenizer, p, spec.enable_thinking) for p in prompts]
     base = dict(temperature=spec.temperature, top_p=spec.top_p, seed=spec.seed)
