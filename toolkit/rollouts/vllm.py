@@ -26,8 +26,14 @@ def load_vllm(model_dir: str, trust_remote_code: bool = False, precision: str = 
     compilation, CUDA graphs, the KV cache) costs more than most sampling calls, so an evaluation's
     modes and budgets share one. The engine seed is fixed; each call's `spec.seed` seeds its
     requests (vLLM gives a request's n samples seed, seed+1, ...)."""
+    import os
+
     from vllm import LLM
 
+    # vLLM forks its engine process unless it sees CUDA initialised here, but torch.cuda.is_available()
+    # (engine_problems calls it) already makes a forked child fail "Cannot re-initialize CUDA in forked
+    # subprocess": seen on an H200 (benchmarks/RESULTS.md, vLLM against HF generate). Spawn always works.
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     return LLM(model=model_dir, trust_remote_code=trust_remote_code, seed=0, enable_prefix_caching=True,
                dtype=precision)
 
