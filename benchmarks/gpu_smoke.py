@@ -5,8 +5,8 @@ stage and writes them to a JSON file.
 
 MFU = 6 x parameters x trained tokens / runtime / peak FLOP/s (989 TFLOP/s: H200 SXM, dense bf16).
 Tokens are TRL's `num_tokens` (prompt and completion tokens, no padding) over the trainer's runtime;
-for GRPO the runtime includes generation (Hugging Face generate: vLLM is not on that machine), so its
-figure is the end-to-end rate, not the optimiser's alone.
+for GRPO the runtime includes generation (Hugging Face generate; gpu_generation.py measures vLLM's
+rate against it), so its figure is the end-to-end rate, not the optimiser's alone.
 
 Usage: benchmarks/gpu_smoke.sh [--shrink] [--stages NAME ...] [--out FILE]
   (--shrink: a 2-layer model and 2 steps, for a CPU dry run)
