@@ -223,3 +223,80 @@ def test_ort_draws_the_whole_distribution_as_softmax_at_the_temperature():
     want = torch.softmax(torch.tensor(logits[0]) / 0.5, -1).numpy()
     assert np.abs(np.bincount(drawn, minlength=5) / len(drawn) - want).max() < 0.015
     assert (drawn != 4).all()
+
+
+class _WordTokenizer:
+    """Words as tokens, for the scripted vLLM stand-in below."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": text.split()}
+
+
+class _ScriptedLLM:
+    """vLLM's offline `LLM.generate` as generate_vllm relies on it (vLLM cannot run on this machine;
+    the real engine ran this code on an H200: benchmarks/gpu_generation.py). Each output carries its
+    text, token ids and why it ended: a stop string ends it with finish_reason "stop", stop_reason the
+    string and (include_stop_str_in_output) the string kept; the end-of-turn token with stop_reason
+    None and its text left out; max_tokens with "length". The scripted model's tokens are words."""
+
+    EOS = "<eos>"
+
+    def __init__(self, script):
+        self.script = script
+
+    def get_tokenizer(self):
+        return _WordTokenizer()
+
+    def generate(self, texts, params):
+        from types import SimpleNamespace as NS
+
+        def sample(text):
+            words, out_text = [], ""
+            for word in self.script(text):
+                words.append(word)
+                if word == self.EOS:
+                    return NS(text=out_text, token_ids=words, finish_reason="stop", stop_reason=None)
+                out_text += " " + word
+                if stop := next((s for s in params.stop if out_text.endswith(s)), None):
+                    return NS(text=out_text, token_ids=words, finish_reason="stop", stop_reason=stop)
+                if len(words) == params.max_tokens:
+                    return NS(text=out_text, token_ids=words, finish_reason="length", stop_reason=None)
+            raise AssertionError("the script ran out")
+
+        return [NS(outputs=[sample(t) for _ in range(params.n)]) for t in texts]
+
+
+def test_vllm_budgets_count_and_continue_as_the_token_level_engines(monkeypatch):
+    """The two-phase budget on vLLM's text interface gives what sampling.complete gives on HF, ORT
+    and CTranslate2: a sequence that spends its budget gets the stop-thinking string and then its
+    answer; one that closes its thinking goes on to its answer without it, its own `</think>` not
+    counted as thinking; one that ends its turn inside the thinking is finished. Tokens count every
+    token spent, the inserted string's included."""
+    import sys
+    from types import SimpleNamespace
+
+    from toolkit.rollouts.sampling import STOP_THINKING, THINK_END
+    from toolkit.rollouts.vllm import generate_vllm
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(
+        **{"stop": (), **kw})))
+    eos = _ScriptedLLM.EOS
+    thinking = {"never|": ["a"] * 50, "closes|": ["x", "y", THINK_END], "ends|": ["q", eos]}
+
+    def script(text):
+        prompt, _, so_far = text.partition("|")
+        return ["final", eos] if THINK_END in so_far else thinking[prompt + "|"]
+
+    llm, stop_words = _ScriptedLLM(script), len(STOP_THINKING.split())
+    spec = SamplingSpec(max_new_tokens=64, thinking_budget=4, answer_max_new_tokens=8, n=2)
+    never, closes, ends = generate_vllm(llm, ["never|", "closes|", "ends|"], spec)
+    assert len(never) == len(closes) == len(ends) == 2
+    assert never[0].text == " a a a a" + STOP_THINKING + " final"
+    assert (never[0].budget_hit, never[0].thinking_tokens, never[0].tokens, never[0].finished) == (
+        True, 4, 4 + stop_words + 2, True)
+    assert closes[0].text == f" x y {THINK_END} final"
+    assert (closes[0].budget_hit, closes[0].thinking_tokens, closes[0].tokens, closes[0].finished) == (False, 2, 5, True)
+    assert ends[0].text == " q"
+    assert (ends[0].budget_hit, ends[0].thinking_tokens, ends[0].tokens, ends[0].finished) == (False, 2, 2, True)
+    plain = generate_vllm(llm, ["never|"], SamplingSpec(max_new_tokens=6))[0][0]
+    assert (plain.text, plain.tokens, plain.finished, plain.budget_hit) == (" a a a a a a", 6, False, False)

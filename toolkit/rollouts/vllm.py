@@ -4,7 +4,7 @@ budget's two phases are written here in its own terms."""
 
 from __future__ import annotations
 
-from toolkit.rollouts.sampling import Completion, SamplingSpec, render
+from toolkit.rollouts.sampling import THINK_END, Completion, SamplingSpec, render
 
 
 def vllm_unavailable() -> list[str]:
@@ -56,20 +56,25 @@ def generate_vllm(llm, prompts: list[list[dict] | str], spec: SamplingSpec) -> l
     if not spec.budgeted:
         params = SamplingParams(n=spec.n, max_tokens=spec.max_new_tokens, **base)
         return [[done(o, o.text) for o in r.outputs] for r in llm.generate(texts, params)]
-    first = llm.generate(texts, SamplingParams(n=spec.n, max_tokens=spec.thinking_budget, stop=["</think>"],
+    first = llm.generate(texts, SamplingParams(n=spec.n, max_tokens=spec.thinking_budget, stop=[THINK_END],
                                                include_stop_str_in_output=True, **base))
-    pending = []  # (prompt index, sample index, text so far, thinking tokens, budget hit)
+    pending = []  # (prompt index, sample index, text so far, tokens so far, thinking tokens, budget hit)
     results: list[list[Completion | None]] = [[None] * spec.n for _ in texts]
+    closing_tokens = len(tokenizer(THINK_END, add_special_tokens=False)["input_ids"])
+    stop_tokens = len(tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"])
     for i, r in enumerate(first):
         for j, o in enumerate(r.outputs):
             if o.finish_reason == "stop" and o.stop_reason is None:  # end of turn inside the thinking
                 results[i][j] = done(o, o.text, len(o.token_ids))
                 continue
-            hit = o.stop_reason != "</think>"
-            pending.append((i, j, o.text + (spec.stop_thinking if hit else ""), len(o.token_ids), hit))
-    stop_tokens = len(tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"])
+            hit = o.stop_reason != THINK_END
+            # as the token-level engines count: the model's own </think> is not thinking; the
+            # inserted stop-thinking string is neither thinking nor the model's, but is a token spent
+            thinking = len(o.token_ids) - (0 if hit else closing_tokens)
+            pending.append((i, j, o.text + (spec.stop_thinking if hit else ""),
+                            len(o.token_ids) + (stop_tokens if hit else 0), thinking, hit))
     answer = SamplingParams(n=1, max_tokens=spec.answer_max_new_tokens or spec.max_new_tokens, **base)
-    for (i, j, so_far, thinking, hit), r in zip(pending, llm.generate([texts[i] + t for i, _, t, _, _ in pending], answer)):
-        results[i][j] = done(r.outputs[0], so_far + r.outputs[0].text, thinking, hit,
-                             before=thinking + (stop_tokens if hit else 0))
+    answers = llm.generate([texts[i] + so_far for i, _, so_far, *_ in pending], answer)
+    for (i, j, so_far, spent, thinking, hit), r in zip(pending, answers):
+        results[i][j] = done(r.outputs[0], so_far + r.outputs[0].text, thinking, hit, before=spent)
     return results
