@@ -5,9 +5,9 @@ generate on the same GPU.
 The workload is a GRPO rollout batch: the same prompts, n samples each, temperature 1, top_p 1,
 `--max-new-tokens` each, in bf16, on the random ~1.5B Qwen3 that gpu_smoke.py trains. Its samples are
 near-uniform over the tiny tokenizer's 642 tokens, so some of them meet the end-of-turn token before
-256 (on the H200: 0.27-0.28 of HF's, 0.16-0.17 of vLLM's; the share finished is reported). The rate is the tokens each engine generated over its
-generation time. Loading (and vLLM's compilation, CUDA graph capture and KV-cache allocation) is
-timed apart, as is a one-prompt warm-up call. HF generates
+256 (on the H200: 0.27-0.28 of HF's, 0.16-0.17 of vLLM's; the share finished is reported). The rate
+is the tokens each engine generated over its generation time. Loading (and vLLM's compilation, CUDA
+graph capture and KV-cache allocation) is timed apart, as is a one-prompt warm-up call. HF generates
 `--hf-batch` rows at a time (posttrain's `batch_size`); vLLM schedules all rows at once, which is
 the point of it. Each engine runs in its own process: vLLM sizes its KV cache from the GPU memory
 free at its start.
