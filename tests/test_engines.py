@@ -234,7 +234,7 @@ class _WordTokenizer:
 
 class _ScriptedLLM:
     """vLLM's offline `LLM.generate` as generate_vllm relies on it (vLLM cannot run on this machine;
-    the real engine ran this code on an H200: benchmarks/gpu_generation.py). Each output carries its
+    benchmarks/gpu_generation.py runs the real engine on a GPU). Each output carries its
     text, token ids and why it ended: a stop string ends it with finish_reason "stop", stop_reason the
     string and (include_stop_str_in_output) the string kept; the end-of-turn token with stop_reason
     None and its text left out; max_tokens with "length". The scripted model's tokens are words."""

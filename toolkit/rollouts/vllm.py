@@ -41,7 +41,8 @@ def load_vllm(model_dir: str, trust_remote_code: bool = False, precision: str = 
 def generate_vllm(llm, prompts: list[list[dict] | str], spec: SamplingSpec) -> list[list[Completion]]:
     """The same contract on vLLM's offline engine; the budget's second phase resubmits each
     sequence's text, which vLLM's prefix cache serves without recomputing it.
-    Exercised on a GPU by benchmarks/gpu_generation.py, not on this CPU-only machine's tests."""
+    Its bookkeeping is tested on CPU against a scripted stand-in for `LLM.generate` (test_engines);
+    the real engine runs it in benchmarks/gpu_generation.py on a GPU."""
     from vllm import SamplingParams
 
     spec = spec.effective()
