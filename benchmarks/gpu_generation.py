@@ -13,10 +13,13 @@ the point of it. Each engine runs in its own process: vLLM sizes its KV cache fr
 free at its start.
 
 Also run on each engine: a budgeted call (thinking budget 16, the stop-thinking string, then the
-answer phase) on a few prompts, to show the two-phase path runs there and counts the same way.
+answer phase) on a few prompts, to show the two-phase path runs there and counts the same way; and a
+greedy pass (16 prompts, 64 tokens) whose completions are compared between the engines text for
+text. Run with `--precision float32` for that comparison to mean anything: in bf16 the two engines'
+kernels round differently and a near-uniform random model's argmax is fragile.
 
 Usage: benchmarks/gpu_generation.py [--prompts 32] [--n 8] [--max-new-tokens 256] [--hf-batch 64]
-       [--engines hf vllm] [--shrink] [--out FILE]
+       [--engines hf vllm] [--precision bfloat16|float32] [--shrink] [--out FILE]
   (--shrink: the 2-layer model on CPU, HF only: a dry run of everything but vLLM)
 """
 
@@ -33,6 +36,7 @@ from recipe_runs import ROOT, fresh_home, table_header, table_row
 sys.path.insert(0, str(ROOT))
 
 BUDGET_PROMPTS, BUDGET, BUDGET_ANSWER = 8, 16, 32
+GREEDY_PROMPTS, GREEDY_TOKENS = 16, 64
 
 
 def prompts(count: int) -> list[list[dict]]:
@@ -47,7 +51,7 @@ def measure(engine_name: str, model_dir: str, a: argparse.Namespace) -> dict:
 
     from toolkit.rollouts import SamplingSpec, open_engine
 
-    precision = "bfloat16" if torch.cuda.is_available() else "float32"
+    precision = a.precision or ("bfloat16" if torch.cuda.is_available() else "float32")
     started = time.perf_counter()
     engine = open_engine(model_dir, engine_name, precision)
     loaded = time.perf_counter()
@@ -64,6 +68,7 @@ def measure(engine_name: str, model_dir: str, a: argparse.Namespace) -> dict:
     budgeted = [c for row in engine.complete(prompts(BUDGET_PROMPTS), SamplingSpec(
         max_new_tokens=BUDGET_ANSWER, thinking_budget=BUDGET, answer_max_new_tokens=BUDGET_ANSWER,
         temperature=1.0, seed=2)) for c in row]
+    greedy = [row[0].text for row in engine.complete(prompts(GREEDY_PROMPTS), SamplingSpec(max_new_tokens=GREEDY_TOKENS))]
     return {"engine": engine.describe(), "load_s": round(loaded - started, 1), "warmup_s": round(warmed - loaded, 2),
             "completions": len(completions), "tokens": tokens, "generate_s": round(generated - warmed, 2),
             "tokens_per_s": round(tokens / (generated - warmed), 1),
@@ -71,6 +76,7 @@ def measure(engine_name: str, model_dir: str, a: argparse.Namespace) -> dict:
             "budget": {"completions": len(budgeted), "budget_hit": sum(c.budget_hit for c in budgeted),
                        "max_thinking_tokens": max(c.thinking_tokens or 0 for c in budgeted),
                        "stop_thinking_in_text": sum(spec.stop_thinking in c.text for c in budgeted)},
+            "greedy_texts": greedy,
             # vLLM's memory is its engine process's, not this one's
             "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)
             if torch.cuda.is_available() and engine_name == "hf" else None}
@@ -83,6 +89,8 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--hf-batch", type=int, default=64, help="rows per HF generate call")
     ap.add_argument("--engines", nargs="+", choices=("hf", "vllm"), default=["hf", "vllm"])
+    ap.add_argument("--precision", choices=("bfloat16", "float32"), default=None,
+                    help="default: bfloat16 on a GPU, float32 on CPU")
     ap.add_argument("--shrink", action="store_true", help="the 2-layer model, HF only, on CPU")
     ap.add_argument("--out", default=None)
     ap.add_argument("--worker", nargs=3, metavar=("ENGINE", "MODEL", "JSON"), help=argparse.SUPPRESS)
@@ -100,20 +108,24 @@ def main() -> int:
     for name in a.engines:
         result_file = work / f"{name}.json"
         forwarded = ["--prompts", str(a.prompts), "--n", str(a.n), "--max-new-tokens", str(a.max_new_tokens),
-                     "--hf-batch", str(a.hf_batch)]
+                     "--hf-batch", str(a.hf_batch), *(["--precision", a.precision] if a.precision else [])]
         code = subprocess.run([sys.executable, __file__, *forwarded, "--worker", name, str(work / "model"),
                                str(result_file)], env=env).returncode
         results[name] = json.loads(result_file.read_text()) if code == 0 else {"error": f"exit {code}"}
-        print(f"{name}: {results[name]}", flush=True)
+        print(f"{name}: { {k: v for k, v in results[name].items() if k != 'greedy_texts'} }", flush=True)
     hf, vllm = results.get("hf", {}), results.get("vllm", {})
     ratio = vllm["tokens_per_s"] / hf["tokens_per_s"] if "tokens_per_s" in hf and "tokens_per_s" in vllm else None
+    same = None
+    if "greedy_texts" in hf and "greedy_texts" in vllm:
+        same = sum(x == y for x, y in zip(hf["greedy_texts"], vllm["greedy_texts"]))
     device = "cpu (shrunk dry run)"
     if not a.shrink:
         device = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                                 text=True).stdout.strip() or "unknown GPU"
     summary = {"date": time.strftime("%Y-%m-%d"), "device": device, "parameters": params, "prompts": a.prompts,
                "n": a.n, "max_new_tokens": a.max_new_tokens, "hf_batch": a.hf_batch, "results": results,
-               "vllm_over_hf": None if ratio is None else round(ratio, 1)}
+               "vllm_over_hf": None if ratio is None else round(ratio, 1),
+               "greedy_same": None if same is None else f"{same}/{GREEDY_PROMPTS}"}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"\n{device}, {params / 1e6:,.1f} M parameters")
@@ -124,6 +136,8 @@ def main() -> int:
                             f"{r['tokens_per_s']:.0f}", f"{r['finished_share']:.2f}"))
     if ratio is not None:
         print(f"vLLM / HF generate: {ratio:.1f}x tokens/s")
+    if same is not None:
+        print(f"greedy completions identical on both engines: {same}/{GREEDY_PROMPTS}")
     print(f"results: {out}")
     return 0 if all("tokens_per_s" in r for r in results.values()) else 1
 
