@@ -6,6 +6,12 @@
 #   benchmarks/gpu_smoke.sh              on the GPU machine (after `make setup`)
 #   benchmarks/gpu_smoke.sh --stages grpo_zero2 grpo_zero3
 #   benchmarks/gpu_smoke.sh --shrink     CPU dry run: a 2-layer model, 2 steps per stage
+#   benchmarks/gpu_smoke.sh generation   vLLM against HF generate on the same model (gpu_generation.py;
+#                                        the [vllm] extra; about 4 minutes on an H200)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = generation ]; then
+  shift
+  exec timeout 720 .venv/bin/python benchmarks/gpu_generation.py "$@"
+fi
 exec timeout 720 .venv/bin/python benchmarks/gpu_smoke.py "$@"
