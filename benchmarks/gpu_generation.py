@@ -30,10 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from gpu_smoke import FULL, SHRUNK, build_model
+from gpu_smoke import FULL, SHRUNK, build_model, gpu_name
 from recipe_runs import ROOT, fresh_home, table_header, table_row
-
-sys.path.insert(0, str(ROOT))
 
 BUDGET_PROMPTS, BUDGET, BUDGET_ANSWER = 8, 16, 32
 GREEDY_PROMPTS, GREEDY_TOKENS = 16, 64
@@ -82,12 +80,18 @@ def measure(engine_name: str, model_dir: str, a: argparse.Namespace) -> dict:
             if torch.cuda.is_available() and engine_name == "hf" else None}
 
 
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number above 0, not {text}")
+    return int(text)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--n", type=int, default=8, help="samples per prompt (GRPO's group size)")
-    ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--hf-batch", type=int, default=64, help="rows per HF generate call")
+    ap.add_argument("--prompts", type=positive_int, default=32)
+    ap.add_argument("--n", type=positive_int, default=8, help="samples per prompt (GRPO's group size)")
+    ap.add_argument("--max-new-tokens", type=positive_int, default=256)
+    ap.add_argument("--hf-batch", type=positive_int, default=64, help="rows per HF generate call")
     ap.add_argument("--engines", nargs="+", choices=("hf", "vllm"), default=["hf", "vllm"])
     ap.add_argument("--precision", choices=("bfloat16", "float32"), default=None,
                     help="default: bfloat16 on a GPU, float32 on CPU")
@@ -118,10 +122,7 @@ def main() -> int:
     same = None
     if "greedy_texts" in hf and "greedy_texts" in vllm:
         same = sum(x == y for x, y in zip(hf["greedy_texts"], vllm["greedy_texts"]))
-    device = "cpu (shrunk dry run)"
-    if not a.shrink:
-        device = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                text=True).stdout.strip() or "unknown GPU"
+    device = gpu_name(a.shrink)
     summary = {"date": time.strftime("%Y-%m-%d"), "device": device, "parameters": params, "prompts": a.prompts,
                "n": a.n, "max_new_tokens": a.max_new_tokens, "hf_batch": a.hf_batch, "results": results,
                "vllm_over_hf": None if ratio is None else round(ratio, 1),

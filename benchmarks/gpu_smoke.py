@@ -71,6 +71,14 @@ def recipe(model: Path, shrink: bool, only: list[str]) -> dict:
             "launch": "benchmarks/gpu_smoke.sh", "stages": stages}
 
 
+def gpu_name(shrink: bool) -> str:
+    """The GPU's name for the results (nvidia-smi), or the CPU dry run's label."""
+    if shrink:
+        return "cpu (shrunk dry run)"
+    return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                          text=True).stdout.strip() or "unknown GPU"
+
+
 def positive_seconds(text: str) -> float:
     if (value := float(text)) <= 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
@@ -101,10 +109,7 @@ def main() -> int:
         rows.append({"stage": stage["name"], "status": stage.get("status"), "steps": m.get("train/global_step"),
                      "tokens": m.get("train/tokens"), "runtime_s": m.get("train/runtime_s"), "tokens_per_s": rate,
                      "mfu": None if a.shrink or not rate else 6 * params * rate / H200_BF16_FLOPS})
-    device = "cpu (shrunk dry run)"
-    if not a.shrink:
-        device = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                text=True).stdout.strip() or "unknown GPU"
+    device = gpu_name(a.shrink)
     result = {"date": time.strftime("%Y-%m-%d"), "device": device, "parameters": params, "shrunk": a.shrink,
               "exit_code": code, "wall_s": round(time.perf_counter() - started, 1), "stages": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
