@@ -13,6 +13,7 @@ from pydantic import Field
 
 from stages.common import DataOrMix, StageBase, TrainingKnobs
 from stages.contracts import StageOutput
+from stages.padding_free import padding_free_collator
 from stages.runtime import (
     last_checkpoint,
     lora_config,
@@ -62,11 +63,15 @@ def train_on_rows(cfg, ctx, model_dir: str, rows: list[dict]) -> dict[str, float
 
     tokenizer = load_tokenizer(model_dir, cfg.trust_remote_code)
     train = Dataset.from_list(to_prompt_completion(rows))
+    collator = padding_free_collator(model_dir, cfg.trust_remote_code)  # before the config: ZeRO-3 would shard the check
     args = TRLSFTConfig(**trainer_args(cfg, ctx), max_length=cfg.max_length, completion_only_loss=True,
                         model_init_kwargs={"trust_remote_code": cfg.trust_remote_code})
     trainer = SFTTrainer(model=model_dir, args=args, train_dataset=train, processing_class=tokenizer,
-                         peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks])
+                         data_collator=collator, peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks])
+    if collator is not None:  # what TRL does to the model when it makes the collator itself
+        trainer.model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
+        trainer.model.generation_config.pad_token_id = tokenizer.pad_token_id
     resume = last_checkpoint(ctx)
     trainer.train(resume_from_checkpoint=resume)
     save_model(trainer, tokenizer, ctx)
-    return {**train_metrics(trainer, resume), "train/rows": float(len(train))}
+    return {**train_metrics(trainer, resume), "train/rows": float(len(train)), "train/padding_free": float(collator is not None)}

@@ -49,3 +49,47 @@ def test_a_data_stage_worker_imports_neither_torch_nor_mlflow(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]"
     assert json.loads((out / "result.json").read_text())["metrics"]["curate/rows_in"] == 40
+
+
+def test_padding_free_sft_trains_as_the_padded_batch_does(tmp_path, tiny_model, monkeypatch):
+    """The same rows, seed and steps twice: padding-free (chosen, since the check passes for Qwen3) and
+    padded (the check made to fail). The rows differ in length, so the padded batches hold padding;
+    the weights after three steps are the same."""
+    from safetensors.torch import load_file
+
+    import stages.padding_free
+    from data_curation.sources import load_rows
+    from stages import sft
+
+    rows = load_rows("synthetic_math", "train", 6, 1) + load_rows("general_chat", "train", 6, 1)
+    weights, flags = {}, {}
+    for mode in ("padding_free", "padded"):
+        if mode == "padded":
+            monkeypatch.setattr(stages.padding_free, "packing_mismatch", lambda *a: "made to fail by the test")
+        cfg = sft.SFTConfig(name=mode, model=str(tiny_model), data="synthetic_math", max_steps=3, per_device_batch_size=4,
+                            learning_rate=1e-3, max_length=96, save_steps=1000)
+        (tmp_path / mode).mkdir()
+        flags[mode] = sft.train_on_rows(cfg, StageContext.local(tmp_path / mode), str(tiny_model), rows)["train/padding_free"]
+        weights[mode] = load_file(tmp_path / mode / "model" / "model.safetensors")
+    assert flags == {"padding_free": 1.0, "padded": 0.0}
+    start = load_file(tiny_model / "model.safetensors")
+    moved = max((weights["padded"][k] - start[k]).abs().max().item() for k in start)
+    differ = max((weights["padding_free"][k] - weights["padded"][k]).abs().max().item() for k in start)
+    # measured: moved 2.0e-3, differ 1.5e-6 (float rounding, which Adam scales up); rows that attend to
+    # each other's tokens (packing detection switched off) differ by 4.0e-3
+    assert moved > 1e-3 and differ < 1e-2 * moved, (moved, differ)
+
+
+def test_the_packing_check_refuses_an_attention_that_reads_flattened_rows_as_one(tiny_model, monkeypatch):
+    """With transformers' packed-sequence detection switched off, the flattened rows attend to each
+    other: the check sees the logits move and keeps the padded batch."""
+    import transformers.masking_utils
+
+    from stages.padding_free import packing_mismatch, padding_free_collator
+
+    assert packing_mismatch(str(tiny_model)) is None
+    monkeypatch.setattr(transformers.masking_utils, "find_packed_sequence_indices", lambda position_ids: None)
+    assert "does not keep rows apart" in packing_mismatch(str(tiny_model))
+    logged = []
+    assert padding_free_collator(str(tiny_model), False, log=logged.append) is None
+    assert logged[0].startswith("sft: padded batches (flattened rows change the logits")

@@ -1,0 +1,99 @@
+"""What padding-free batches buy SFT: the stage's own `train_on_rows` on the same rows, seed and
+steps, with TRL's padded batches (the baseline, the check made to fail) and padding-free ones,
+alternating, in one run (issue: fast generation; SFT is most of the demo recipes' training time).
+
+Rows: a file of rows with a `solution` (`--rows`, e.g. a run's `fusion_data/kept.jsonl`), or by
+default a mix shaped like qwen3's demo fusion data from the shipped sources: long-CoT math of levels
+1-3 and 5, general chat and instruction rows with and without thinking. Printed per run: seconds
+of training (TRL's `train_runtime`), seconds per step, the first and last logged loss (the same
+both ways, up to float rounding), the share of a padded batch that is padding, and the ratio of
+padding-free to padded time.
+
+    .venv/bin/python benchmarks/bench_padding_free.py [--model smollm2-135m-instruct] [--rows FILE]
+        [--steps 12] [--batch 4] [--max-length 192] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+from pathlib import Path
+
+
+def default_rows() -> list[dict]:
+    from data_curation.sources import load_rows
+
+    parts = [("synthetic_math", 64, 9, {"difficulties": [1, 2, 3]}), ("synthetic_math", 32, 15, {"difficulties": [5]}),
+             ("general_chat", 64, 1, {}), ("ifeval_synthetic", 64, 1, {"thinking": True}), ("ifeval_synthetic", 64, 2, {})]
+    rows = [r for source, n, seed, params in parts for r in load_rows(source, "train", n, seed, params)]
+    random.Random(0).shuffle(rows)
+    return rows
+
+
+def padding_share(rows: list[dict], model_dir: str, batch: int, max_length: int) -> float:
+    """The share of a padded batch that is padding, over batches of `batch` rows in file order (the
+    trainer shuffles the rows, so an estimate of its batches' share)."""
+    from toolkit.rollouts import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    lengths = [min(max_length, len(tokenizer.apply_chat_template(
+        r["prompt"] + [{"role": "assistant", "content": r["solution"]}], tokenize=True)["input_ids"])) for r in rows]
+    chunks = [lengths[i:i + batch] for i in range(0, len(lengths), batch)]
+    return 1 - sum(map(sum, chunks)) / sum(len(c) * max(c) for c in chunks)
+
+
+def train(mode: str, model_dir: str, rows: list[dict], args) -> dict:
+    import stages.padding_free
+    from stages import sft
+    from stages.runtime import StageContext
+
+    real_check = stages.padding_free.packing_mismatch
+    if mode == "padded":
+        stages.padding_free.packing_mismatch = lambda *a: "the baseline of this benchmark"
+    try:
+        out = Path(tempfile.mkdtemp(prefix=f"bench-padding-free-{mode}-"))
+        cfg = sft.SFTConfig(name=mode.replace("-", "_"), model=model_dir, data="rows", max_steps=args.steps,
+                            per_device_batch_size=args.batch, learning_rate=1e-5, max_length=args.max_length,
+                            save_steps=10_000)
+        return sft.train_on_rows(cfg, StageContext.local(out), model_dir, rows)
+    finally:
+        stages.padding_free.packing_mismatch = real_check
+
+
+def main() -> None:
+    from pipeline.models.named import resolve_model
+    from pipeline.store.home import configure_environment
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--rows", type=Path)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--max-length", type=int, default=192)
+    parser.add_argument("--rounds", type=int, default=2, help="padded and padding-free runs, alternating")
+    args = parser.parse_args()
+    configure_environment()
+    model_dir = resolve_model(args.model)
+    rows = [json.loads(line) for line in args.rows.read_text().splitlines()] if args.rows else default_rows()
+    rows = [r for r in rows if r.get("solution")]
+    share = padding_share(rows, model_dir, args.batch, args.max_length)
+    print(f"{len(rows)} rows; {args.steps} steps of {args.batch}, max_length {args.max_length}; "
+          f"padding in the padded batches: {share:.0%}", flush=True)
+    print("| run | batches | train s | s per step | first loss | last loss | tokens |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    seconds: dict[str, list[float]] = {"padded": [], "padding-free": []}
+    for r in range(args.rounds):
+        for mode in ("padded", "padding-free"):
+            m = train(mode, model_dir, rows, args)
+            seconds[mode].append(m["train/runtime_s"])
+            print(f"| {r + 1} | {mode} | {m['train/runtime_s']:.1f} | {m['train/runtime_s'] / args.steps:.2f} | "
+                  f"{m['train/first_loss']:.4f} | {m['train/final_loss']:.4f} | {m['train/tokens']:.0f} |", flush=True)
+    total = {k: sum(v) for k, v in seconds.items()}
+    print(f"padding-free / padded training time: {total['padding-free'] / total['padded']:.2f}x "
+          f"({total['padding-free']:.1f} s against {total['padded']:.1f} s over {args.rounds} round(s))")
+
+
+if __name__ == "__main__":
+    main()
