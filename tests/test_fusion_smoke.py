@@ -161,6 +161,32 @@ def test_a_budget_answers_in_a_batch_as_alone_when_pad_is_the_end_token(fusion_r
     assert same >= 0.9 * len(prompts), [(b.text, a.text) for b, a in zip(batched, alone) if b.text != a.text][:2]
 
 
+def test_ort_budgets_in_one_pass_give_the_two_phase_completions(fusion_run, held_out):
+    """ORT forces the stop-thinking string into a row's own generation instead of feeding every
+    unfinished row through the model again: greedy, each completion is the two-phase path's, text,
+    token counts and budget flag alike, over rows that hit the budget, close their thinking first,
+    or end."""
+    import functools
+
+    from toolkit.rollouts.hf import load_tokenizer
+    from toolkit.rollouts.ort import converted, open_model, ort_sampler
+
+    model_dir = str(Path(fusion_run["fusion"]["output_dir"]) / "model")
+    tokenizer, model = load_tokenizer(model_dir), open_model(converted(model_dir, "float32"), 1)
+    prompts = [flag_messages(r["prompt"], "think") for r in held_out]
+    seen = set()
+    for budget in (4, 24, 60):
+        spec = SamplingSpec(max_new_tokens=96, thinking_budget=budget, answer_max_new_tokens=12, batch_size=40)
+        one_pass = ort_sampler(model, tokenizer)
+        two_phase = functools.partial(ort_sampler(model, tokenizer))  # the sampler without its `budgeted`
+        assert hasattr(one_pass, "budgeted") and not hasattr(two_phase, "budgeted")
+        one, two = ([c[0] for c in complete(s, tokenizer, prompts, spec)] for s in (one_pass, two_phase))
+        fields = [[(c.text, c.tokens, c.thinking_tokens, c.budget_hit, c.finished) for c in cs] for cs in (one, two)]
+        assert fields[0] == fields[1], [(a, b) for a, b in zip(*fields) if a != b][:2]
+        seen |= {"hit" if c.budget_hit else "closed" if "</think>" in c.text else "ended" for c in one}
+    assert {"hit", "closed"} <= seen, seen
+
+
 def test_budget_zero_is_the_no_think_mode(fusion_model, held_out):
     prompts = [r["prompt"] for r in held_out[:16]]
     zero = [c.text for c in _greedy(fusion_model, prompts, thinking_budget=0)]

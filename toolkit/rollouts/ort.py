@@ -136,20 +136,22 @@ def ort_sampler(model, tokenizer) -> TokenSampler:
     Sampling the whole distribution (top_p 1) is drawn here, from the logits ORT computes, and handed
     back through `set_logits` to its greedy search (`forced_draw`): a step takes 1.2x a greedy one,
     where ORT GenAI's own sampler with top_k 0 and top_p 1 took 2.5x at 16 rows and 4x at 32
-    (benchmarks/bench_ort_sampling.py). With top_p < 1 ORT's own top-p sampler runs."""
+    (benchmarks/bench_ort_sampling.py). With top_p < 1 ORT's own top-p sampler runs.
+
+    The sampler also runs budgeted generation in one pass (`sample.budgeted`, see sampling.py): the
+    stop-thinking string is forced into a row's own generation where its budget runs out, and the row
+    goes on to its answer in the same generator, where the two-phase path would feed every unfinished
+    row's prompt and thinking through the model again (a prefill of 32 rows of 124 tokens costs as
+    much as 84 decode steps here)."""
     import numpy as np
     import onnxruntime_genai as og
     import torch
 
     generators_made = [0]  # each generator gets its own seed: spec.seed, then the next ones
+    eos = tokenizer.eos_token_id
+    think_end = think_end_id(tokenizer)
 
-    def sample(seqs: list[list[int]], max_new_tokens: int, stop_at_think_end: bool,
-               spec: SamplingSpec) -> list[list[int]]:
-        return [row for start in range(0, len(seqs), MAX_ROWS)
-                for row in sample_rows(seqs[start:start + MAX_ROWS], max_new_tokens, stop_at_think_end, spec)]
-
-    def sample_rows(seqs: list[list[int]], max_new_tokens: int, stop_at_think_end: bool,
-                    spec: SamplingSpec) -> list[list[int]]:
+    def start(seqs: list[list[int]], max_new_tokens: int, spec: SamplingSpec):
         width = max(len(s) for s in seqs)
         params = og.GeneratorParams(model)
         seed = spec.seed + generators_made[0]
@@ -163,23 +165,81 @@ def ort_sampler(model, tokenizer) -> TokenSampler:
         params.set_search_options(**options)
         generator = og.Generator(model, params)
         generator.append_tokens(np.array([s + [PAD_ID] * (width - len(s)) for s in seqs], dtype=np.int32))
-        draws = torch.Generator().manual_seed(seed) if draw_here else None
-        stops, stop_string = {tokenizer.eos_token_id}, False
-        if stop_at_think_end:
-            think_end = think_end_id(tokenizer)
-            stops, stop_string = (stops | {think_end}, False) if think_end is not None else (stops, True)
+        return generator, torch.Generator().manual_seed(seed) if draw_here else None
+
+    def step(generator, draws, spec: SamplingSpec, forced: dict[int, int] | None = None) -> list[int]:
+        """One token per row; `forced`: rows whose next token is given (row -> token id)."""
+        if draws is not None or forced:
+            logits = np.asarray(generator.get_logits())
+            if draws is not None:
+                logits = forced_draw(logits, spec.temperature, draws)
+            for row, token in (forced or {}).items():
+                logits[row] = np.finfo(logits.dtype).min
+                logits[row, ..., token] = 0.0
+            generator.set_logits(logits)
+        generator.generate_next_token()
+        return generator.get_next_tokens().tolist()
+
+    def closes_thinking(row: list[int], token: int) -> bool:
+        if think_end is not None:
+            return token == think_end
+        return ">" in tokenizer.decode([token]) and tokenizer.decode(row[-8:]).rstrip().endswith(THINK_END)
+
+    def sample(seqs: list[list[int]], max_new_tokens: int, stop_at_think_end: bool,
+               spec: SamplingSpec) -> list[list[int]]:
+        return [row for first in range(0, len(seqs), MAX_ROWS)
+                for row in sample_rows(seqs[first:first + MAX_ROWS], max_new_tokens, stop_at_think_end, spec)]
+
+    def sample_rows(seqs: list[list[int]], max_new_tokens: int, stop_at_think_end: bool,
+                    spec: SamplingSpec) -> list[list[int]]:
+        generator, draws = start(seqs, max_new_tokens, spec)
+        stops = {eos} | ({think_end} if stop_at_think_end and think_end is not None else set())
+        stop_string = stop_at_think_end and think_end is None
         rows: list[list[int]] = [[] for _ in seqs]
         stopped = [False] * len(seqs)
         while not generator.is_done() and not all(stopped):
-            if draws is not None:
-                generator.set_logits(forced_draw(np.asarray(generator.get_logits()), spec.temperature, draws))
-            generator.generate_next_token()
-            for i, token in enumerate(generator.get_next_tokens().tolist()):
+            for i, token in enumerate(step(generator, draws, spec)):
                 if stopped[i]:
                     continue
                 rows[i].append(token)
-                stopped[i] = token in stops or (stop_string and ">" in tokenizer.decode([token])
-                                                and tokenizer.decode(rows[i][-8:]).rstrip().endswith(THINK_END))
+                stopped[i] = token in stops or (stop_string and closes_thinking(rows[i], token))
         return [cut_at_stop(tokenizer, row, stops, stop_string) for row in rows]
 
+    def budgeted(seqs: list[list[int]], spec: SamplingSpec, stop_ids: list[int]) -> list[tuple[list[int], ...]]:
+        return [row for first in range(0, len(seqs), MAX_ROWS)
+                for row in budgeted_rows(seqs[first:first + MAX_ROWS], spec, stop_ids)]
+
+    def budgeted_rows(seqs: list[list[int]], spec: SamplingSpec, stop_ids: list[int]) -> list[tuple[list[int], ...]]:
+        """Per row (thinking, inserted, answer): thinking up to the budget, ended early by `</think>`
+        or the end token; where the budget ran out unclosed, `stop_ids` forced one a step; then the
+        answer, up to its own limit or the end token."""
+        budget, answer_limit = spec.thinking_budget, spec.answer_max_new_tokens or spec.max_new_tokens
+        generator, draws = start(seqs, budget + len(stop_ids) + answer_limit, spec)
+        thinking, inserted, answer = ([[] for _ in seqs] for _ in range(3))
+        to_force: dict[int, list[int]] = {}  # rows forcing the stop-thinking string -> its ids still to come
+        phase = ["think"] * len(seqs)  # think -> (force ->) answer -> done
+        while not generator.is_done() and not all(p == "done" for p in phase):
+            for i, token in enumerate(step(generator, draws, spec, {i: ids[0] for i, ids in to_force.items()})):
+                if phase[i] == "think":
+                    thinking[i].append(token)
+                    if token == eos:
+                        phase[i] = "done"
+                    elif closes_thinking(thinking[i], token):
+                        phase[i] = "answer"
+                    elif len(thinking[i]) == budget:
+                        phase[i], to_force[i] = "force", list(stop_ids)
+                elif phase[i] == "force":
+                    if token != to_force[i][0]:
+                        raise RuntimeError(f"ORT GenAI did not take the forced token {to_force[i][0]} (it gave {token})")
+                    inserted[i].append(to_force[i].pop(0))
+                    if not to_force[i]:
+                        del to_force[i]
+                        phase[i] = "answer"
+                elif phase[i] == "answer":
+                    answer[i].append(token)
+                    if token == eos or len(answer[i]) == answer_limit:
+                        phase[i] = "done"
+        return list(zip(thinking, inserted, answer))
+
+    sample.budgeted = budgeted
     return sample

@@ -8,7 +8,9 @@ stop-thinking string appended once; then every unfinished completion continues, 
 so far (prompt + thinking are fed back as the prefix, never sampled again), for up to
 `answer_max_new_tokens`. Budget 0 is the no-think mode. A model that answers without opening a think
 block still has its first B tokens counted as thinking: the budget is a cap on tokens before the
-answer phase, as in Qwen's reference implementation.
+answer phase, as in Qwen's reference implementation. A sampler that controls each step (ORT's) runs
+the same rules in one pass: the stop-thinking string is forced into the row's own generation, so no
+row is fed through the model a second time (`BudgetedSampler`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ class Completion:
 # phase stops at) and without padding. Arguments: sequences, max new tokens, stop at `</think>`, spec
 # (temperature, top_p). Rows are sampled independently; `n` copies of a prompt are `n` rows.
 TokenSampler = Callable[[list[list[int]], int, bool, SamplingSpec], list[list[int]]]
+# Budgeted generation in one pass, for a sampler that controls each step (ORT's carries one as its
+# `budgeted` attribute): per sequence, the (thinking, inserted stop-thinking, answer) ids the two
+# phases below would give, without feeding each unfinished row through the model a second time.
+# Arguments: sequences, spec (with its budget and answer limit), the stop-thinking string's ids.
+BudgetedSampler = Callable[[list[list[int]], SamplingSpec, list[int]], list[tuple[list[int], list[int], list[int]]]]
 
 
 def render(tokenizer, prompt: list[dict] | str, enable_thinking: bool = True) -> str:
@@ -112,10 +119,13 @@ def complete(sample: TokenSampler, tokenizer, prompts: list[list[dict] | str], s
     for start in tqdm(range(0, len(texts), spec.batch_size), desc=label, disable=not progress):
         encoded = tokenizer(texts[start:start + spec.batch_size], add_special_tokens=False)["input_ids"]
         prompt_ids = [ids for ids in encoded for _ in range(spec.n)]
-        limit = spec.thinking_budget if spec.budgeted else spec.max_new_tokens
-        first = sample(prompt_ids, limit, spec.budgeted, spec)
-        done = _finish_thinking(sample, tokenizer, prompt_ids, first, spec) if spec.budgeted else [
-            _completion(tokenizer, ids, []) for ids in first]
+        one_pass: BudgetedSampler | None = getattr(sample, "budgeted", None)
+        if spec.budgeted and one_pass is not None:
+            done = [_thought(tokenizer, *parts) for parts in one_pass(prompt_ids, spec, _stop_ids(tokenizer, spec))]
+        elif spec.budgeted:
+            done = _finish_thinking(sample, tokenizer, prompt_ids, sample(prompt_ids, spec.thinking_budget, True, spec), spec)
+        else:
+            done = [_completion(tokenizer, ids, []) for ids in sample(prompt_ids, spec.max_new_tokens, False, spec)]
         out += [done[i:i + spec.n] for i in range(0, len(done), spec.n)]
     return out
 
@@ -132,22 +142,31 @@ def _completion(tokenizer, ids: list[int], answer_ids: list[int], inserted: list
                       budget_hit=bool(inserted))
 
 
+def _stop_ids(tokenizer, spec: SamplingSpec) -> list[int]:
+    return tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"]
+
+
+def _thought(tokenizer, thinking: list[int], inserted: list[int], answer: list[int]) -> Completion:
+    """A budgeted completion from its parts; its thinking tokens exclude the model's own `</think>`."""
+    closed = THINK_END in tokenizer.decode(thinking)
+    closing = len(tokenizer(THINK_END, add_special_tokens=False)["input_ids"]) if closed else 0
+    return _completion(tokenizer, thinking, answer, inserted, closing)
+
+
 def _finish_thinking(sample: TokenSampler, tokenizer, prompt_ids: list[list[int]], first: list[list[int]],
                      spec: SamplingSpec) -> list[Completion]:
     """Phase two of budgeted generation: insert the stop-thinking string where the budget ran out,
     then continue every unfinished sequence from its own tokens to its answer."""
-    stop_ids = tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"]
+    stop_ids = _stop_ids(tokenizer, spec)
     eos = tokenizer.eos_token_id
     closed = [THINK_END in tokenizer.decode(ids) for ids in first]
     ended = [bool(ids) and ids[-1] == eos for ids in first]
     inserted = [[] if end or close else stop_ids for end, close in zip(ended, closed)]
     todo = [i for i, end in enumerate(ended) if not end]
-    think_end_tokens = len(tokenizer(THINK_END, add_special_tokens=False)["input_ids"])
     answers: dict[int, list[int]] = {}
     answer_spec = replace(spec, n=1)
     for start in range(0, len(todo), spec.batch_size):
         chunk = todo[start:start + spec.batch_size]
         seqs = [prompt_ids[i] + first[i] + inserted[i] for i in chunk]
         answers.update(zip(chunk, sample(seqs, spec.answer_max_new_tokens or spec.max_new_tokens, False, answer_spec)))
-    return [_completion(tokenizer, ids, answers.get(i, []), inserted[i], think_end_tokens if closed[i] else 0)
-            for i, ids in enumerate(first)]
+    return [_thought(tokenizer, ids, inserted[i], answers.get(i, [])) for i, ids in enumerate(first)]
