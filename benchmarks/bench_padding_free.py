@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -52,14 +53,15 @@ def train(mode: str, model_dir: str, rows: list[dict], args) -> dict:
     real_check = stages.padding_free.packing_mismatch
     if mode == "padded":
         stages.padding_free.packing_mismatch = lambda *a: "the baseline of this benchmark"
+    out = Path(tempfile.mkdtemp(prefix=f"bench-padding-free-{mode}-"))  # a model and a checkpoint: 2 GB
     try:
-        out = Path(tempfile.mkdtemp(prefix=f"bench-padding-free-{mode}-"))
         cfg = sft.SFTConfig(name=mode.replace("-", "_"), model=model_dir, data="rows", max_steps=args.steps,
                             per_device_batch_size=args.batch, learning_rate=1e-5, max_length=args.max_length,
                             save_steps=10_000)
         return sft.train_on_rows(cfg, StageContext.local(out), model_dir, rows)
     finally:
         stages.padding_free.packing_mismatch = real_check
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ import pytest
 # xdist worker: workers inherit the environment of the process that started them.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 _HOME_VAR = "POSTTRAIN_TEST_HOME" + (f"_{_WORKER}" if _WORKER else "")
+_HOME_MADE_HERE = not os.environ.get(_HOME_VAR)  # a home the caller named is the caller's to keep
 _HOME = Path(os.environ.get(_HOME_VAR) or tempfile.mkdtemp(prefix=f"posttrain-tests-{_WORKER}"))
 os.environ[_HOME_VAR] = str(_HOME)
 if _WORKER:  # the cores split between the workers; stage workers and engines inherit the budget
@@ -52,6 +53,15 @@ SAME_WORKER = {"test_ui_browser": "test_named_recipes"}
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    """The home this process made goes when its tests pass (a suite's homes came to 3 GB, and a dev
+    machine that runs the suite often filled its disk with them); after a failure it stays, to read."""
+    if _HOME_MADE_HERE and exitstatus == 0:
+        shutil.rmtree(_HOME, ignore_errors=True)
+    elif _HOME_MADE_HERE and _HOME.exists():
+        print(f"\nposttrain test home kept for inspection: {_HOME}")
+
+
 def pytest_collection_modifyitems(config, items):
     if not getattr(config.option, "loadgroup", False):  # what an xdist worker of `--dist loadgroup` is told
         return
