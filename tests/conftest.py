@@ -52,7 +52,6 @@ HEAVIEST_FILES = ["test_named_recipes", "test_crash_and_concurrency", "test_laun
 SAME_WORKER = {"test_ui_browser": "test_named_recipes"}
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
     """The home this process made goes when its tests pass (a suite's homes came to 3 GB, and a dev
     machine that runs the suite often filled its disk with them); after a failure it stays, to read."""
@@ -62,6 +61,7 @@ def pytest_sessionfinish(session, exitstatus):
         print(f"\nposttrain test home kept for inspection: {_HOME}")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     if not getattr(config.option, "loadgroup", False):  # what an xdist worker of `--dist loadgroup` is told
         return
