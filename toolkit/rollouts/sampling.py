@@ -116,11 +116,11 @@ def complete(sample: TokenSampler, tokenizer, prompts: list[list[dict] | str], s
     texts = [render(tokenizer, p, spec.enable_thinking) for p in prompts]
     out: list[list[Completion]] = []
     label = progress if isinstance(progress, str) else "generate"
+    one_pass: BudgetedSampler | None = getattr(sample, "budgeted", None) if spec.budgeted else None
     for start in tqdm(range(0, len(texts), spec.batch_size), desc=label, disable=not progress):
         encoded = tokenizer(texts[start:start + spec.batch_size], add_special_tokens=False)["input_ids"]
         prompt_ids = [ids for ids in encoded for _ in range(spec.n)]
-        one_pass: BudgetedSampler | None = getattr(sample, "budgeted", None)
-        if spec.budgeted and one_pass is not None:
+        if one_pass is not None:
             done = [_thought(tokenizer, *parts) for parts in one_pass(prompt_ids, spec, _stop_ids(tokenizer, spec))]
         elif spec.budgeted:
             done = _finish_thinking(sample, tokenizer, prompt_ids, sample(prompt_ids, spec.thinking_budget, True, spec), spec)
