@@ -17,6 +17,8 @@ import argparse
 import functools
 import time
 
+from recipe_runs import non_negative_int, positive_int
+
 
 def main() -> None:
     from data_curation.sources import load_rows
@@ -30,10 +32,10 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--prompts", type=int, default=200)
-    ap.add_argument("--budgets", type=int, nargs="+", default=[16, 64])
-    ap.add_argument("--answer", type=int, default=32, help="answer_max_new_tokens, as the qwen3 recipe's evaluation")
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--prompts", type=positive_int, default=200)
+    ap.add_argument("--budgets", type=non_negative_int, nargs="+", default=[16, 64])
+    ap.add_argument("--answer", type=positive_int, default=32, help="answer_max_new_tokens, as the qwen3 recipe's evaluation")
+    ap.add_argument("--batch-size", type=positive_int, default=64)
     args = ap.parse_args()
     configure_environment()
     model_dir = resolve_model(args.model)

@@ -22,6 +22,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from recipe_runs import positive_int
+
 
 def default_rows() -> list[dict]:
     from data_curation.sources import load_rows
@@ -71,10 +73,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--rows", type=Path)
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--max-length", type=int, default=192)
-    parser.add_argument("--rounds", type=int, default=2, help="padded and padding-free runs, alternating")
+    parser.add_argument("--steps", type=positive_int, default=12)
+    parser.add_argument("--batch", type=positive_int, default=4)
+    parser.add_argument("--max-length", type=positive_int, default=192)
+    parser.add_argument("--rounds", type=positive_int, default=2, help="padded and padding-free runs, alternating")
     args = parser.parse_args()
     configure_environment()
     model_dir = resolve_model(args.model)

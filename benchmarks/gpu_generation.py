@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from gpu_smoke import FULL, SHRUNK, build_model, gpu_name
-from recipe_runs import ROOT, fresh_home, table_header, table_row
+from recipe_runs import ROOT, fresh_home, positive_int, table_header, table_row
 
 BUDGET_PROMPTS, BUDGET, BUDGET_ANSWER = 8, 16, 32
 GREEDY_PROMPTS, GREEDY_TOKENS = 16, 64
@@ -78,12 +78,6 @@ def measure(engine_name: str, model_dir: str, a: argparse.Namespace) -> dict:
             # vLLM's memory is its engine process's, not this one's
             "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)
             if torch.cuda.is_available() and engine_name == "hf" else None}
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number above 0, not {text}")
-    return int(text)
 
 
 def main() -> int:

@@ -1,6 +1,7 @@
 """What the evidence scripts share: run a recipe with `posttrain run` in a fresh POSTTRAIN_HOME (no
 Prefect or MLflow settings of the caller leak in) and read its stages back from `posttrain show`."""
 
+import argparse
 import json
 import os
 import signal
@@ -62,3 +63,17 @@ def table_header(*columns: str) -> str:
 
 def table_row(*cells) -> str:
     return f"| {' | '.join(str(c) for c in cells)} |"
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a count that must be at least 1 (0 or less would run an empty benchmark)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number above 0, not {text}")
+    return int(text)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: 0 or more (a thinking budget of 0 is a real setting)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more, not {text}")
+    return int(text)

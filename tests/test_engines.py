@@ -54,7 +54,8 @@ def test_a_conversion_is_made_once_per_model(tiny_model, tmp_path, engine, marke
         first = convert()
         stamp = (first / marker).stat().st_mtime_ns
         assert convert() == first and (first / marker).stat().st_mtime_ns == stamp
-        assert [p.name for p in (tmp_path / engine).iterdir()] == [first.name]  # no temp folder left behind
+        templates = [".templates"] if engine == "ort" else []  # the float32 builder's output, checked: a template
+        assert sorted(p.name for p in (tmp_path / engine).iterdir()) == sorted([first.name, *templates])  # no temp folder
     finally:
         keep_conversions_in(None)
 
@@ -162,6 +163,53 @@ def test_ort_refuses_weights_laid_out_other_than_its_graph(tiny_model, tmp_path)
     del weights["model.layers.0.self_attn.q_norm.weight"]
     with pytest.raises(ValueError, match="not mapped: \\['model.layers.0.attn.q_norm.layernorm.weight'\\]"):
         WritableConversion(str(tiny_model), tmp_path, 1, starting=weights)
+
+
+def test_a_conversion_made_from_a_template_is_the_builders_byte_for_byte(tiny_model, tmp_path, monkeypatch):
+    """A second model of a converted architecture (here: the tiny model with other weights) gets its
+    float32 conversion by copying the first's and writing its own weights in, without the builder;
+    every file equals what the builder makes for it. A model whose tokenizer files differ does not
+    take the template."""
+    import filecmp
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from toolkit.rollouts import ort
+
+    other = tmp_path / "other"
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    model.save_pretrained(other)
+    for f in tiny_model.iterdir():
+        if not (other / f.name).exists():
+            shutil.copy(f, other / f.name)
+    keep_conversions_in(tmp_path / "by-builder")
+    try:
+        builders = ort.converted(str(other), "float32")
+        keep_conversions_in(tmp_path / "templated")
+        ort.converted(str(tiny_model), "float32")  # the builder's, checked: the template
+        with monkeypatch.context() as patched:
+            patched.setattr(ort.subprocess, "run", lambda *a, **k: pytest.fail("the builder ran"))
+            templated = ort.converted(str(other), "float32")
+        names = sorted(p.name for p in builders.iterdir())
+        assert names == sorted(p.name for p in templated.iterdir()) and "model.onnx.data" in names
+        assert filecmp.cmpfiles(builders, templated, names, shallow=False)[0] == names
+
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1.5)
+        model.save_pretrained(other)  # new weights, and now a chat template of its own
+        (other / "chat_template.jinja").write_text((other / "chat_template.jinja").read_text() + "\n")
+        with monkeypatch.context() as patched:
+            patched.setattr(ort.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("the builder ran")))
+            with pytest.raises(RuntimeError, match="the builder ran"):
+                ort.converted(str(other), "float32")
+    finally:
+        keep_conversions_in(None)
 
 
 def test_a_models_weights_are_hashed_once_per_process_until_they_change(tmp_path, monkeypatch):

@@ -4,7 +4,9 @@ model builder that turns an HF Llama/Qwen/Phi checkpoint into an ONNX graph of f
 
 A model is converted once per precision (float32, or int4 weights with int8 activations:
 `int4_accuracy_level=4`) into a cache keyed by its weights' checksum, the package's version and
-the precision (`keep_conversions_in`; the worker points it at `$POSTTRAIN_HOME/cache/ort`).
+the precision (`keep_conversions_in`; the worker points it at `$POSTTRAIN_HOME/cache/ort`). In
+float32, a model whose architecture was converted before is made from that checked conversion with
+its own weights written in, not by the builder (toolkit.rollouts.ort_weights, `from_template`).
 
 Two things this engine does differently from HF, both measured (benchmarks/RESULTS.md):
 - Padding goes on the RIGHT. ORT GenAI's attention reads each row's length from its padding, and
@@ -68,7 +70,14 @@ def converted(model_dir: str, precision: str) -> Path:
         os.utime(root / key)  # recently used: kept by the pruning below
         return root / key
 
+    built_here = []
+
     def build(out: Path) -> None:
+        from toolkit.rollouts.ort_weights import from_template  # it imports this module
+
+        if precision == "float32" and from_template(model_dir, out, root):
+            return
+        built_here.append(out)
         done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", model_dir, "-o", str(out),
                                "-e", "cpu", "-c", str(out.parent / "cache"), *BUILDER_PRECISIONS[precision]],
                               capture_output=True, text=True)
@@ -78,6 +87,10 @@ def converted(model_dir: str, precision: str) -> Path:
             raise ValueError(_FAILED[key])
 
     final = publish_dir(root / key, "genai_config.json", build)
+    if built_here and precision == "float32":  # the builder's own output: a template for models like this one
+        from toolkit.rollouts.ort_weights import record_template
+
+        record_template(model_dir, final)
     _prune(root, keep=final)
     return final
 
