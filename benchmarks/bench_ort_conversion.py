@@ -1,7 +1,7 @@
 """A model's ONNX Runtime GenAI conversion from a template against the model builder.
 
 The first model is converted by the builder, which records it as the template of its architecture
-(toolkit.rollouts.ort_weights). Every further model is then converted twice: by the builder into a
+(toolkit.rollouts.ort_layout). Every further model is then converted twice: by the builder into a
 fresh cache (the baseline) and from the template; the script prints both times, their ratio, and
 whether every file of the two conversions is the same byte for byte.
 

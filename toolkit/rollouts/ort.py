@@ -6,7 +6,7 @@ A model is converted once per precision (float32, or int4 weights with int8 acti
 `int4_accuracy_level=4`) into a cache keyed by its weights' checksum, the package's version and
 the precision (`keep_conversions_in`; the worker points it at `$POSTTRAIN_HOME/cache/ort`). In
 float32, a model whose architecture was converted before is made from that checked conversion with
-its own weights written in, not by the builder (toolkit.rollouts.ort_weights, `from_template`).
+its own weights written in, not by the builder (toolkit.rollouts.ort_layout, `from_template`).
 
 Two things this engine does differently from HF, both measured (benchmarks/RESULTS.md):
 - Padding goes on the RIGHT. ORT GenAI's attention reads each row's length from its padding, and
@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 from toolkit.core.files import publish_dir, weights_fingerprint
+from toolkit.rollouts.ort_layout import from_template, record_template
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
 BUILDER_PRECISIONS = {"float32": ["-p", "fp32"], "int4": ["-p", "int4", "--extra_options", "int4_accuracy_level=4"]}
@@ -73,8 +74,6 @@ def converted(model_dir: str, precision: str) -> Path:
     built_here = []
 
     def build(out: Path) -> None:
-        from toolkit.rollouts.ort_weights import from_template  # it imports this module
-
         if precision == "float32" and from_template(model_dir, out, root):
             return
         built_here.append(out)
@@ -88,8 +87,6 @@ def converted(model_dir: str, precision: str) -> Path:
 
     final = publish_dir(root / key, "genai_config.json", build)
     if built_here and precision == "float32":  # the builder's own output: a template for models like this one
-        from toolkit.rollouts.ort_weights import record_template
-
         record_template(model_dir, final)
     _prune(root, keep=final)
     return final
