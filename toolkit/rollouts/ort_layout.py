@@ -48,7 +48,7 @@ def initializer_layout(conversion: Path) -> dict[str, tuple[int, int, tuple[int,
         ext = {e.key: e.value for e in init.external_data}
         if ext.get("location") != "model.onnx.data" or init.data_type != onnx.TensorProto.FLOAT:
             raise ValueError(f"{conversion}: initializer {init.name} is not a float32 tensor in model.onnx.data; "
-                             "only float32 conversions can be refreshed in place")
+                             "only float32 conversions can take new weights in place")
         layout[init.name] = (int(ext.get("offset", 0)), int(ext["length"]), tuple(init.dims))
     return layout
 

@@ -62,5 +62,3 @@ class WritableConversion:
         if state_dict is not None:
             write_tensors(self.dir, self.layout, builder_tensors(state_dict, self.num_layers))
         return open_model(self.dir, self.threads)
-
-
