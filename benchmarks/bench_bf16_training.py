@@ -30,7 +30,9 @@ ARMS = {"sft": ("cold_fp32", "cold_bf16"), "grpo": ("rl_fp32", "rl_bf16")}
 
 
 def scores(stage: dict) -> dict:
-    return json.loads((Path(stage["output_dir"]) / "eval_scores.json").read_text())
+    from stages.evaluate import EVAL_SCORES
+
+    return json.loads((Path(stage["output_dir"]) / EVAL_SCORES).read_text())
 
 
 def main() -> int:
