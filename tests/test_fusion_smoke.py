@@ -187,6 +187,38 @@ def test_ort_budgets_in_one_pass_give_the_two_phase_completions(fusion_run, held
     assert {"hit", "closed"} <= seen, seen
 
 
+def test_budgets_derived_from_the_greedy_pass_are_the_generated_ones(fusion_model, held_out, monkeypatch):
+    """The evaluation derives each thinking budget from its greedy pass and generates only the rows
+    whose budget ran out: on every engine, each derived completion is the generated one, field for
+    field, over rows that hit the budget, close their thinking first (their answers cut at the answer
+    limit or not), or end; and from a pass cut at
+    16 tokens, rows whose pass ran out before the budget or before the answer limit."""
+    prompts = [flag_messages(r["prompt"], "think") for r in held_out]
+    passes = {96: _greedy(fusion_model, prompts), 16: _greedy(fusion_model, prompts, max_new_tokens=16)}
+    sampled: list[int] = []
+    real = fusion_model._greedy_sampler
+
+    def counting():
+        sample = real()
+        return lambda seqs, *args: (sampled.append(len(seqs)), sample(seqs, *args))[1]
+    monkeypatch.setattr(fusion_model, "_greedy_sampler", counting)
+    seen, counts = set(), {}
+    for limit, budget, answer in ((96, 4, 12), (96, 24, 12), (96, 60, 4), (16, 24, 12)):
+        spec = SamplingSpec(max_new_tokens=96, thinking_budget=budget, answer_max_new_tokens=answer, batch_size=40)
+        sampled.clear()
+        derived = [c[0] for c in fusion_model.complete_budgeted(prompts, spec, passes[limit])]
+        rows_generated = sum(sampled)
+        generated = [c[0] for c in fusion_model.complete(prompts, spec)]
+        fields = [[(c.text, c.tokens, c.thinking_tokens, c.budget_hit, c.finished) for c in cs] for cs in (derived, generated)]
+        assert fields[0] == fields[1], (limit, budget, [(a, b) for a, b in zip(*fields) if a != b][:2])
+        counts[limit, budget] = (sum(c.budget_hit for c in derived), rows_generated)
+        seen |= {"hit" if c.budget_hit else "closed" if "</think>" in c.text else "ended" for c in derived}
+    assert {"hit", "closed"} <= seen, seen
+    assert all(hits <= generated for hits, generated in counts.values()), counts  # every cut row is continued
+    assert counts[96, 60][1] < len(prompts), counts  # and rows that closed in time are not generated again
+    assert counts[16, 24][1] > counts[96, 24][1], counts  # rows the short pass cannot tell are generated
+
+
 def test_budget_zero_is_the_no_think_mode(fusion_model, held_out):
     prompts = [r["prompt"] for r in held_out[:16]]
     zero = [c.text for c in _greedy(fusion_model, prompts, thinking_budget=0)]
@@ -223,7 +255,8 @@ def test_the_unlimited_budget_is_the_greedy_pass_not_a_second_one(fusion_run, he
         budgets_run.append(spec.thinking_budget), real(self, prompts, spec, progress))[1])
     model = str(Path(fusion_run["fusion"]["output_dir"]) / "model")
     metrics = evaluate(model, EvalSpec(max_new_tokens=32, budgets=[8, None]), held_out[:16]).metrics
-    assert budgets_run == [None, 8]  # the greedy pass, then budget 8; no third pass for unlimited
+    assert budgets_run == [None]  # the greedy pass; budget 8 derived from it, unlimited is it
+    assert "eval/budget/8/accuracy" in metrics
     assert metrics["eval/budget/unlimited/accuracy"] == metrics["eval/accuracy"]
     assert metrics["eval/budget/unlimited/truncated_share"] == 0
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.rollouts.sampling import Completion, SamplingSpec, complete
+from toolkit.rollouts.sampling import Completion, SamplingSpec, TokenSampler, budgeted_from_unlimited, complete
 
 ENGINES = ("auto", "hf", "ct2", "ort", "vllm")
 PRECISIONS = ("float32", "bfloat16", "int8", "int4")
@@ -38,11 +38,25 @@ class Engine:
     threads: int
     tokenizer: object
     _complete: Callable[[list, SamplingSpec, bool | str], list[list[Completion]]]
+    _greedy_sampler: Callable[[], TokenSampler] | None = None  # None: the engine samples from text (vLLM)
 
     def complete(self, prompts: list[list[dict] | str], spec: SamplingSpec,
                  progress: bool | str = False) -> list[list[Completion]]:
         """`spec.n` Completions per prompt (see toolkit.rollouts.sampling for budgets and modes)."""
         return self._complete(prompts, spec, progress)
+
+    def complete_budgeted(self, prompts: list[list[dict] | str], spec: SamplingSpec, unlimited: list[Completion],
+                          progress: bool | str = False) -> list[list[Completion]]:
+        """Greedy completions with `spec`'s thinking budget, given `unlimited`: the same prompts'
+        greedy completions without one. Derived from them where greedy decoding allows
+        (sampling.budgeted_from_unlimited), so only rows whose budget ran out are generated; on an
+        engine without token ids, or a spec that samples, generated as `complete` would."""
+        derivable = (self._greedy_sampler is not None and spec.effective().budgeted and spec.temperature == 0
+                     and spec.n == 1 and all(c.ids is not None for c in unlimited))
+        if not derivable:
+            return self.complete(prompts, spec, progress)
+        done = budgeted_from_unlimited(self._greedy_sampler(), self.tokenizer, prompts, unlimited, spec, progress)
+        return [[c] for c in done]
 
     def texts(self, prompts: list[list[dict] | str], spec: SamplingSpec, progress: bool | str = False) -> list[list[str]]:
         return [[c.text for c in cs] for cs in self.complete(prompts, spec, progress)]
@@ -171,7 +185,7 @@ def _load(model_dir: str, engine: str, precision: str, trust_remote_code: bool) 
                 ctranslate2.set_random_seed(spec.seed)
                 sampler = open_generator(conversion, precision, threads)
             return complete(ct2_sampler(sampler, tokenizer), tokenizer, prompts, spec, progress)
-        return Engine("ct2", precision, threads, tokenizer, run)
+        return Engine("ct2", precision, threads, tokenizer, run, lambda: ct2_sampler(generator, tokenizer))
     if chosen == "ort":
         return _load_ort(model_dir, engine, precision, threads, trust_remote_code)
     from toolkit.rollouts.hf import hf_sampler, load_for_generation
@@ -182,7 +196,7 @@ def _load(model_dir: str, engine: str, precision: str, trust_remote_code: bool) 
     def run(prompts, spec, progress):
         torch.manual_seed(spec.seed)
         return complete(sample, tokenizer, prompts, spec, progress)
-    return Engine("hf", precision, threads, tokenizer, run)
+    return Engine("hf", precision, threads, tokenizer, run, lambda: sample)
 
 
 def _load_ort(model_dir: str, engine: str, precision: str, threads: int, trust_remote_code: bool) -> Engine:
@@ -198,7 +212,8 @@ def _load_ort(model_dir: str, engine: str, precision: str, threads: int, trust_r
         return _load(model_dir, "hf", "float32", trust_remote_code)
     tokenizer = load_tokenizer(model_dir, trust_remote_code)
     return Engine("ort", precision, threads, tokenizer, lambda prompts, spec, progress: complete(
-        ort_sampler(model, tokenizer), tokenizer, prompts, spec, progress))  # a fresh sampler: seeds from spec.seed
+        ort_sampler(model, tokenizer), tokenizer, prompts, spec, progress),  # a fresh sampler: seeds from spec.seed
+        lambda: ort_sampler(model, tokenizer))
 
 
 def rollout_completions(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec, engine: str = "auto",

@@ -16,7 +16,7 @@ row is fed through the model a second time (`BudgetedSampler`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from toolkit.core.thinking import EMPTY_THINK, STOP_THINKING
 
@@ -54,6 +54,7 @@ class Completion:
     tokens: int  # generated tokens, an inserted stop-thinking string included
     thinking_tokens: int | None = None  # tokens spent before the answer phase (budgeted generation)
     budget_hit: bool = False  # the stop-thinking string was inserted
+    ids: list[int] | None = field(default=None, repr=False)  # the generated token ids (None: vLLM's)
 
 
 # A token-level sampler: for each sequence of token ids (prompt and any prefix), the ids it generates,
@@ -139,7 +140,7 @@ def _completion(tokenizer, ids: list[int], answer_ids: list[int], inserted: list
     finished = bool(full) and full[-1] == tokenizer.eos_token_id
     thinking = None if closing_tokens is None else len(ids) - closing_tokens
     return Completion(text=text, finished=finished, tokens=len(full), thinking_tokens=thinking,
-                      budget_hit=bool(inserted))
+                      budget_hit=bool(inserted), ids=full)
 
 
 def _stop_ids(tokenizer, spec: SamplingSpec) -> list[int]:
@@ -170,3 +171,51 @@ def _finish_thinking(sample: TokenSampler, tokenizer, prompt_ids: list[list[int]
         seqs = [prompt_ids[i] + first[i] + inserted[i] for i in chunk]
         answers.update(zip(chunk, sample(seqs, spec.answer_max_new_tokens or spec.max_new_tokens, False, answer_spec)))
     return [_thought(tokenizer, ids, inserted[i], answers.get(i, [])) for i, ids in enumerate(first)]
+
+
+def budgeted_from_unlimited(sample: TokenSampler, tokenizer, prompts: list[list[dict] | str],
+                            unlimited: list[Completion], spec: SamplingSpec,
+                            progress: bool | str = False) -> list[Completion]:
+    """Greedy budgeted completions of `prompts` derived from `unlimited`, their greedy completions
+    without a budget, instead of generated anew: greedy decoding is a function of the prefix, so
+    phase one is the unlimited completion's first B tokens cut at their first stop, and a thought
+    that closed within the budget goes on as the unlimited one did, up to the answer limit. Only
+    rows whose budget ran out (the stop-thinking string makes a new prefix), and rows whose
+    unlimited completion stopped at its token limit too soon to say, are generated, as phase two
+    always is (from prompt + thinking + stop string). Exact up to floating-point differences
+    between batch shapes, as the two-phase and one-pass paths are to each other."""
+    from tqdm import tqdm
+
+    spec = spec.effective()
+    if spec.temperature > 0 or spec.n != 1 or not spec.budgeted or any(c.ids is None for c in unlimited):
+        raise ValueError("budgeted completions derive only from greedy token ids, one per prompt, with a budget above 0")
+    think_end, eos = think_end_id(tokenizer), tokenizer.eos_token_id
+    stops, budget = {eos} | ({think_end} if think_end is not None else set()), spec.thinking_budget
+    answer_limit = spec.answer_max_new_tokens or spec.max_new_tokens
+    out: dict[int, Completion] = {}
+    todo: list[tuple[int, list[int], list[int]]] = []  # row, its thinking, the inserted string
+    for i, ids in enumerate(c.ids for c in unlimited):
+        head = cut_at_stop(tokenizer, ids[:budget], stops, think_end is None)
+        if head and head[-1] == eos:
+            out[i] = _thought(tokenizer, head, [], [])
+        elif THINK_END in tokenizer.decode(head):
+            answer = ids[len(head):len(head) + answer_limit]
+            if len(answer) == answer_limit or ids[-1] == eos:
+                out[i] = _thought(tokenizer, head, [], answer)
+            else:  # the unlimited completion hit its own token limit before the answer's
+                todo.append((i, head, []))
+        elif len(head) == budget:
+            todo.append((i, head, _stop_ids(tokenizer, spec)))
+    continued = {i for i, _, _ in todo}
+    if rest := [i for i in range(len(prompts)) if i not in out and i not in continued]:
+        # the unlimited completion stopped short of the budget without closing: phase one is longer
+        out.update(zip(rest, (c[0] for c in complete(sample, tokenizer, [prompts[i] for i in rest], spec))))
+    label = progress if isinstance(progress, str) else "continue"
+    for start in tqdm(range(0, len(todo), spec.batch_size), desc=label, disable=not progress):
+        chunk = todo[start:start + spec.batch_size]
+        texts = [render(tokenizer, prompts[i], spec.enable_thinking) for i, _, _ in chunk]
+        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        seqs = [p + head + inserted for p, (_, head, inserted) in zip(encoded, chunk)]
+        for (i, head, inserted), answer in zip(chunk, sample(seqs, answer_limit, False, spec)):
+            out[i] = _thought(tokenizer, head, inserted, answer)
+    return [out[i] for i in range(len(prompts))]
