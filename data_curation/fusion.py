@@ -9,6 +9,12 @@
 - A `multi_turn_share` of the rows are preceded by an earlier exchange (another row's question with
   the OPPOSITE flag, and that row's response only: thinking never enters the history). The final
   turn then always carries its own flag, and it is the last flag that governs.
+- Ours, a departure (`cut_thinking_share`, 0 = the report's data): that share of the thinking rows
+  is added once more with its thinking cut after a random word and closed by the stop-thinking
+  string, then the same response: what a thinking budget does at inference. The report says
+  answering from a cut thought "emerges naturally" from fusion; at 135M parameters it did not (qwen3
+  demo: budget 16 below budget 0, the model thinking on after the string). The cut thought and the
+  string are the row's `no_loss_prefix`: the budget inserts the string, the model must not learn to.
 Every built row is checked against `governing_mode` before it is written; a mismatch is a bug and
 raises. The shares actually produced are returned for the report.
 """
@@ -16,10 +22,12 @@ raises. The shares actually produced are returned for the report.
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 
 from toolkit.core.text import split_thinking
 from toolkit.core.thinking import (
+    STOP_THINKING,
     Mode,
     governing_mode,
     no_thinking_response,
@@ -29,6 +37,16 @@ from toolkit.core.thinking import (
 )
 
 SYSTEM_PROMPT = "You are a helpful assistant."
+NO_LOSS_PREFIX = "no_loss_prefix"  # a row's completion opening that SFT trains without loss
+
+
+def cut_thought(thinking: str, response: str, rng: random.Random, stop_thinking: str = STOP_THINKING) -> tuple[str, str]:
+    """(completion, its no-loss prefix): the thinking cut after a random word (at least one, never
+    all) and closed by the stop-thinking string, as a budget leaves it, then the response."""
+    words = list(re.finditer(r"\S+", thinking))
+    cut = thinking[:words[rng.randrange(1, len(words)) - 1].end()]
+    prefix = f"<think>\n{cut}{stop_thinking}"
+    return prefix + response, prefix
 
 
 def _single_turn(row: dict, flag: Mode | None, in_system: bool) -> list[dict]:
@@ -42,18 +60,22 @@ def _single_turn(row: dict, flag: Mode | None, in_system: bool) -> list[dict]:
 
 
 def build_fusion(thinking_rows: list[dict], plain_rows: list[dict], think_flag_share: float = 0.5,
-                 system_flag_share: float = 0.1, multi_turn_share: float = 0.2,
-                 seed: int = 0) -> tuple[list[dict], list[dict], dict]:
+                 system_flag_share: float = 0.1, multi_turn_share: float = 0.2, seed: int = 0,
+                 cut_thinking_share: float = 0.0, stop_thinking: str = STOP_THINKING) -> tuple[list[dict], list[dict], dict]:
     """(fusion rows, removed rows, composition). Thinking rows whose solution has no non-empty
     think block are removed (`no_thinking`); plain rows need a non-empty response (`no_response`)."""
-    rng = random.Random(seed)
+    rng, cut_rng = random.Random(seed), random.Random(seed + 1_000_003)  # no cuts: the report's rows, as before
     removed, think_items, plain_items = [], [], []
+    cuts: dict[str, str] = {}  # a cut row's id -> its no-loss prefix
     for row in thinking_rows:
         thinking, response = split_thinking(row.get("solution") or "")
         if not thinking:
             removed.append({**row, "removed_reason": "no_thinking", "evidence": (row.get("solution") or "")[:120]})
-        else:
-            think_items.append((row, "think", thinking_response(thinking, response)))
+            continue
+        think_items.append((row, "think", thinking_response(thinking, response)))
+        if cut_thinking_share and len(thinking.split()) > 1 and cut_rng.random() < cut_thinking_share:
+            completion, cuts[f"{row['id']}#cut"] = cut_thought(thinking, response, cut_rng, stop_thinking)
+            think_items.append(({**row, "id": f"{row['id']}#cut"}, "think", completion))
     for row in plain_rows:
         response = response_only(row.get("solution") or "").strip()
         if not response:
@@ -85,11 +107,13 @@ def build_fusion(thinking_rows: list[dict], plain_rows: list[dict], think_flag_s
         counts["multi_turn"] += multi
         counts["system_flag"] += in_system
         counts["think_unflagged"] += flag is None
-        out.append({**row, "id": f"{row['id']}#{mode}", "prompt": prompt, "solution": completion, "mode": mode})
+        counts["think_cut"] += row["id"] in cuts
+        built = {**row, "id": f"{row['id']}#{mode}", "prompt": prompt, "solution": completion, "mode": mode}
+        out.append({**built, NO_LOSS_PREFIX: cuts[row["id"]]} if row["id"] in cuts else built)
     total = max(1, len(out))
     composition = {"rows": len(out), "think": counts["think"], "no_think": counts["no_think"],
                    "think_unflagged": counts["think_unflagged"], "multi_turn": counts["multi_turn"],
-                   "system_flag": counts["system_flag"],
+                   "system_flag": counts["system_flag"], "think_cut": counts["think_cut"],
                    **{f"share_{k}": counts[k] / total for k in ("think", "no_think", "think_unflagged",
-                                                                 "multi_turn", "system_flag")}}
+                                                                 "multi_turn", "system_flag", "think_cut")}}
     return out, removed, composition

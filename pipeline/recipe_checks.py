@@ -130,6 +130,10 @@ def semantic_errors(recipe, where: dict, default: str) -> list[str]:
             add(("eval", "data", "source"), "evaluation data must be a named source, not a stage output")
         for rel, msg in check_data_spec(spec.source, spec.params, spec.split):
             add(("eval", "data") + rel, msg)
+        for i, stage in enumerate(recipe.stages):
+            if getattr(stage, "cut_thinking_share", 0) and stage.stop_thinking != recipe.eval.stop_thinking:
+                add(("stages", i, "stop_thinking"), "cut thoughts end with another string than the one the "
+                    "evaluation's budgets insert (eval.stop_thinking): the model would learn one and be tested on the other")
     for i, msg in distill_tokenizer_errors(recipe.stages):
         add(("stages", i, "student"), msg)
     for i, rel, msg in unreachable_rewards(recipe.stages) + scope_mismatches(recipe.stages):

@@ -16,6 +16,7 @@ from data_curation.report import report_metrics, write_outputs
 from stages.common import DataSpec, StageBase
 from stages.contracts import StageOutput
 from stages.runtime import load_stage_rows
+from toolkit.core.thinking import STOP_THINKING
 
 
 class ThinkingFusionConfig(StageBase):
@@ -31,6 +32,11 @@ class ThinkingFusionConfig(StageBase):
                                      "the system message")
     multi_turn_share: float = Field(0.2, ge=0, le=1, description="rows preceded by an exchange with the "
                                     "opposite flag (the last flag governs)")
+    cut_thinking_share: float = Field(0.0, ge=0, le=1, description="Ours, a departure (0 = the report): thinking "
+                                      "rows added again with the thinking cut and closed by `stop_thinking`, as a "
+                                      "budget does; the cut part trains without loss (data_curation/fusion.py)")
+    stop_thinking: str = Field(STOP_THINKING, description="the string a cut row's thinking ends with: the "
+                               "evaluation's (and `posttrain generate`'s) stop-thinking string")
     seed: int = 0
 
     OUTPUTS: ClassVar[tuple[str, ...]] = ("dataset",)
@@ -50,7 +56,7 @@ def run(cfg: ThinkingFusionConfig, ctx) -> StageOutput:
     thinking = [r for path, rows in loaded.items() if path.startswith("thinking.") for r in rows]
     plain = [r for path, rows in loaded.items() if path.startswith("non_thinking.") for r in rows]
     rows, removed, composition = build_fusion(thinking, plain, cfg.think_flag_share, cfg.system_flag_share,
-                                              cfg.multi_turn_share, cfg.seed)
+                                              cfg.multi_turn_share, cfg.seed, cfg.cut_thinking_share, cfg.stop_thinking)
     report = write_outputs(ctx.output_dir, cfg.kind, rows, removed, composition)
     examples = {mode: [r for r in rows if r["mode"] == mode][:4] for mode in ("think", "no_think")}
     table = {"mode": [], "prompt": [], "solution": []}

@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from data_curation.fusion import NO_LOSS_PREFIX
 from stages.common import DataOrMix, StageBase, TrainingKnobs
 from stages.contracts import StageOutput
 from stages.padding_free import padding_free_collator
@@ -46,6 +47,37 @@ def to_prompt_completion(rows: list[dict]) -> list[dict]:
     return [{"prompt": r["prompt"], "completion": [{"role": "assistant", "content": r["solution"]}]} for r in rows]
 
 
+def without_prefix_loss(dataset, rows: list[dict], tokenizer):
+    """TRL's tokenized rows with the loss taken off each row's `no_loss_prefix` (labels -100): the
+    opening of its completion that the model is not to learn (a thinking-fusion row's cut thought
+    and the stop-thinking string a budget inserts at inference; data_curation/fusion.py). A token
+    that straddles the prefix's end is masked too. A completion that does not start with its
+    prefix (a chat template that rewrites the thinking) is an error, not a silent full loss."""
+    prefixes = {i: r[NO_LOSS_PREFIX] for i, r in enumerate(rows) if r.get(NO_LOSS_PREFIX)}
+    if not prefixes:
+        return dataset
+    if len(dataset) != len(rows) or "labels" not in dataset.column_names:
+        raise ValueError(f"no_loss_prefix needs TRL's labels on every row ({len(dataset)} tokenized rows of "
+                         f"{len(rows)}, columns {dataset.column_names})")
+
+    def mask(example: dict, i: int) -> dict:
+        if (prefix := prefixes.get(i)) is None:
+            return {}
+        ids, labels = example["input_ids"], list(example["labels"])
+        start = next((j for j, label in enumerate(labels) if label != -100), None)
+        if start is None:  # the prompt alone filled max_length: nothing is trained anyway
+            return {}
+        end = start + 1
+        while end < len(ids) and len(tokenizer.decode(ids[start:end])) < len(prefix):
+            end += 1
+        if not tokenizer.decode(ids[start:end]).startswith(prefix):
+            raise ValueError(f"row {rows[i]['id']}: its tokenized completion does not start with its no_loss_prefix "
+                             f"{prefix[:60]!r}... (the chat template changed it?)")
+        labels[start:end] = [-100] * (end - start)
+        return {"labels": labels}
+    return dataset.map(mask, with_indices=True)
+
+
 def run(cfg: SFTConfig, ctx) -> StageOutput:
     rows, composition = training_rows(cfg, ctx, "SFT")
     metrics = train_on_rows(cfg, ctx, ctx.input("model"), rows)
@@ -68,6 +100,7 @@ def train_on_rows(cfg, ctx, model_dir: str, rows: list[dict]) -> dict[str, float
                         model_init_kwargs={"trust_remote_code": cfg.trust_remote_code})
     trainer = SFTTrainer(model=model_dir, args=args, train_dataset=train, processing_class=tokenizer,
                          data_collator=collator, peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks])
+    trainer.train_dataset = without_prefix_loss(trainer.train_dataset, rows, tokenizer)
     if collator is not None:  # what TRL does to the model when it makes the collator itself
         trainer.model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
         trainer.model.generation_config.pad_token_id = tokenizer.pad_token_id

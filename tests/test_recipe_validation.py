@@ -57,6 +57,11 @@ def test_an_error_inside_a_replaced_value_names_what_replaced_it():
         load_recipe("kimi_k15", "tiny", [bad])
 
 
+def test_fusion_cut_thoughts_must_end_with_the_evaluations_stop_string():
+    with pytest.raises(RecipeError, match=r"stop_thinking: cut thoughts end with another string"):
+        load_recipe("qwen3", "tiny", ["stages.fusion_data.stop_thinking=Time is up.</think>"])
+
+
 def test_unknown_top_level_field_names_file_line_and_field(tmp_path):
     p = write_variant(tmp_path, lambda d: d.update(bogus_top=1))
     msg = refused(p)

@@ -93,3 +93,42 @@ def test_the_packing_check_refuses_an_attention_that_reads_flattened_rows_as_one
     logged = []
     assert padding_free_collator(str(tiny_model), False, log=logged.append) is None
     assert logged[0].startswith("sft: padded batches (flattened rows change the logits")
+
+
+def test_a_no_loss_prefix_is_masked_out_of_the_sft_loss(tmp_path, tiny_model):
+    """A fusion row with a cut thought (data_curation/fusion.py) trains on its answer only: TRL's
+    tokenized row has no loss on the cut thought and the stop-thinking string,
+    which a budget inserts at inference and the model must not learn to write; other rows are as
+    TRL made them. A prefix the completion does not start with is refused, in train_on_rows too."""
+    import pytest
+    from datasets import Dataset
+    from trl import SFTConfig as TRLSFTConfig
+    from trl import SFTTrainer
+
+    from data_curation.fusion import NO_LOSS_PREFIX
+    from stages import sft
+    from toolkit.core.thinking import STOP_THINKING
+    from toolkit.rollouts import load_tokenizer
+
+    prefix = "<think>\nFirst add 2 and" + STOP_THINKING
+    ask = [{"role": "user", "content": "What is 2 + 3?"}]
+    rows = [{"id": "cut", "prompt": ask, "solution": prefix + "The answer is \\boxed{5}.", NO_LOSS_PREFIX: prefix},
+            {"id": "whole", "prompt": ask, "solution": "<think>\n2 + 3 = 5.\n</think>\n\nThe answer is \\boxed{5}."}]
+    tokenizer = load_tokenizer(str(tiny_model))
+    trainer = SFTTrainer(model=str(tiny_model), processing_class=tokenizer,
+                         train_dataset=Dataset.from_list(sft.to_prompt_completion(rows)),
+                         args=TRLSFTConfig(output_dir=str(tmp_path / "trl"), completion_only_loss=True, report_to=[],
+                                           bf16=False, use_cpu=True))
+    before = trainer.train_dataset
+    after = sft.without_prefix_loss(before, rows, tokenizer)
+    trained = lambda row: tokenizer.decode([t for t in row["labels"] if t != -100])
+    assert trained(before[0]).startswith("<think>") and "Considering" in trained(before[0])
+    assert "\\boxed{5}" in trained(after[0]) and "Considering" not in trained(after[0]) and "add 2" not in trained(after[0])
+    assert after[1] == before[1]
+    wrong = [{**rows[0], NO_LOSS_PREFIX: "<think>\nSomething else" + STOP_THINKING}, rows[1]]
+    with pytest.raises(ValueError, match="does not start with its no_loss_prefix"):
+        sft.without_prefix_loss(before, wrong, tokenizer)
+    cfg = sft.SFTConfig(name="wired", model=str(tiny_model), data="synthetic_math", max_steps=1, save_steps=1000)
+    (tmp_path / "wired").mkdir()
+    with pytest.raises(ValueError, match="row cut: its tokenized completion"):
+        sft.train_on_rows(cfg, StageContext.local(tmp_path / "wired"), str(tiny_model), wrong)

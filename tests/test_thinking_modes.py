@@ -121,6 +121,36 @@ def test_fusion_rows_follow_the_layouts_and_the_last_flag_rule():
     assert build_fusion(thinking + broken, plain, 0.5, 0.2, 0.3, seed=0)[0] == rows  # seeded
 
 
+def test_cut_thought_rows_end_their_thinking_with_the_stop_string_and_train_only_the_answer():
+    """cut_thinking_share (ours): each chosen thinking row comes back once more with its thinking cut
+    after a word and closed by the stop-thinking string, as a budget leaves it, then the same response;
+    the cut part is the row's no-loss prefix. Share 0 builds the report's rows, none of them cut."""
+    from data_curation.fusion import NO_LOSS_PREFIX
+    from toolkit.core.text import split_thinking
+    from toolkit.core.thinking import STOP_THINKING
+
+    thinking = load_rows("synthetic_math", "train", 60, 0, {})
+    plain = load_rows("general_chat", "train", 20, 0, {})
+    plain_rows = build_fusion(thinking, plain, 0.5, 0.2, 0.3, seed=0)[0]
+    assert not any(NO_LOSS_PREFIX in r for r in plain_rows)
+    rows, _, comp = build_fusion(thinking, plain, 0.5, 0.2, 0.3, seed=0, cut_thinking_share=0.5)
+    full = {r["id"]: r for r in plain_rows}
+    cut = [r for r in rows if NO_LOSS_PREFIX in r]
+    assert len(cut) == comp["think_cut"] and 15 < len(cut) < 45 and comp["think"] == 60 + len(cut)
+    kept = {(r["id"], r["solution"]) for r in rows if NO_LOSS_PREFIX not in r}
+    assert kept == {(r["id"], r["solution"]) for r in plain_rows}  # every row of the report's, as it was
+    for r in cut:
+        original = full[r["id"].replace("#cut#think", "#think")]
+        prefix = r[NO_LOSS_PREFIX]
+        assert r["mode"] == "think" and governing_mode(r["prompt"]) == "think"
+        assert r["solution"].startswith(prefix) and prefix.endswith(STOP_THINKING) and prefix.startswith("<think>\n")
+        thought = prefix[len("<think>\n"):-len(STOP_THINKING)]
+        whole, response = split_thinking(original["solution"])
+        assert thought and whole.startswith(thought) and len(thought) < len(whole)
+        assert whole[len(thought)].isspace()  # cut between words
+        assert r["solution"][len(prefix):] == response
+
+
 def test_a_flag_is_recognised_anywhere_in_the_turn_and_the_last_one_wins():
     from toolkit.core.thinking import flag_of, governing_mode
 
