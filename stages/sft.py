@@ -53,16 +53,17 @@ def without_prefix_loss(dataset, rows: list[dict], tokenizer):
     and the stop-thinking string a budget inserts at inference; data_curation/fusion.py). A token
     that straddles the prefix's end is masked too. A completion that does not start with its
     prefix (a chat template that rewrites the thinking) is an error, not a silent full loss."""
-    prefixes = {i: r[NO_LOSS_PREFIX] for i, r in enumerate(rows) if r.get(NO_LOSS_PREFIX)}
+    # by completion, not by position: TRL drops rows that truncation left without a trained token
+    prefixes = {r["solution"]: (r["id"], r[NO_LOSS_PREFIX]) for r in rows if r.get(NO_LOSS_PREFIX)}
     if not prefixes:
         return dataset
-    if len(dataset) != len(rows) or "labels" not in dataset.column_names:
-        raise ValueError(f"no_loss_prefix needs TRL's labels on every row ({len(dataset)} tokenized rows of "
-                         f"{len(rows)}, columns {dataset.column_names})")
+    if not {"labels", "completion"} <= set(dataset.column_names):
+        raise ValueError(f"no_loss_prefix needs TRL's labels beside each completion (columns {dataset.column_names})")
 
-    def mask(example: dict, i: int) -> dict:
-        if (prefix := prefixes.get(i)) is None:
+    def mask(example: dict) -> dict:
+        if (found := prefixes.get(example["completion"][0]["content"])) is None:
             return {}
+        row_id, prefix = found
         ids, labels = example["input_ids"], list(example["labels"])
         start = next((j for j, label in enumerate(labels) if label != -100), None)
         if start is None:  # the prompt alone filled max_length: nothing is trained anyway
@@ -71,11 +72,11 @@ def without_prefix_loss(dataset, rows: list[dict], tokenizer):
         while end < len(ids) and len(tokenizer.decode(ids[start:end])) < len(prefix):
             end += 1
         if not tokenizer.decode(ids[start:end]).startswith(prefix):
-            raise ValueError(f"row {rows[i]['id']}: its tokenized completion does not start with its no_loss_prefix "
+            raise ValueError(f"row {row_id}: its tokenized completion does not start with its no_loss_prefix "
                              f"{prefix[:60]!r}... (the chat template changed it?)")
         labels[start:end] = [-100] * (end - start)
         return {"labels": labels}
-    return dataset.map(mask, with_indices=True)
+    return dataset.map(mask)
 
 
 def run(cfg: SFTConfig, ctx) -> StageOutput:
