@@ -51,8 +51,9 @@ def without_prefix_loss(dataset, rows: list[dict], tokenizer):
     """TRL's tokenized rows with the loss taken off each row's `no_loss_prefix` (labels -100): the
     opening of its completion that the model is not to learn (a thinking-fusion row's cut thought
     and the stop-thinking string a budget inserts at inference; data_curation/fusion.py). A token
-    that straddles the prefix's end is masked too. A completion that does not start with its
-    prefix (a chat template that rewrites the thinking) is an error, not a silent full loss."""
+    that straddles the prefix's end is masked too, and a row cut by `max_length` inside its prefix
+    is dropped. A completion that does not start with its prefix (a chat template that rewrites the
+    thinking) is an error, not a silent full loss."""
     # by completion, not by position: TRL drops rows that truncation left without a trained token
     prefixes = {r["solution"]: (r["id"], r[NO_LOSS_PREFIX]) for r in rows if r.get(NO_LOSS_PREFIX)}
     if not prefixes:
@@ -71,12 +72,14 @@ def without_prefix_loss(dataset, rows: list[dict], tokenizer):
         end = start + 1
         while end < len(ids) and len(tokenizer.decode(ids[start:end])) < len(prefix):
             end += 1
-        if not tokenizer.decode(ids[start:end]).startswith(prefix):
+        seen = tokenizer.decode(ids[start:end])
+        if not seen.startswith(prefix) and not (end == len(ids) and prefix.startswith(seen)):  # cut by max_length
             raise ValueError(f"row {row_id}: its tokenized completion does not start with its no_loss_prefix "
                              f"{prefix[:60]!r}... (the chat template changed it?)")
         labels[start:end] = [-100] * (end - start)
         return {"labels": labels}
-    return dataset.map(mask)
+    # as TRL does before: a row left without a trained token (cut by max_length inside its prefix) goes
+    return dataset.map(mask).filter(lambda example: any(label != -100 for label in example["labels"]))
 
 
 def run(cfg: SFTConfig, ctx) -> StageOutput:

@@ -125,6 +125,13 @@ def test_a_no_loss_prefix_is_masked_out_of_the_sft_loss(tmp_path, tiny_model):
     assert trained(before[0]).startswith("<think>") and "Considering" in trained(before[0])
     assert "\\boxed{5}" in trained(after[0]) and "Considering" not in trained(after[0]) and "add 2" not in trained(after[0])
     assert after[1] == before[1]
+    prompt_tokens = after[0]["labels"].count(-100) - len(tokenizer(prefix, add_special_tokens=False)["input_ids"])
+    short = SFTTrainer(model=str(tiny_model), processing_class=tokenizer,  # cut 3 tokens into the prefix
+                       train_dataset=Dataset.from_list(sft.to_prompt_completion(rows)),
+                       args=TRLSFTConfig(output_dir=str(tmp_path / "trl"), completion_only_loss=True, report_to=[],
+                                         bf16=False, use_cpu=True, max_length=prompt_tokens + 3)).train_dataset
+    assert len(short) == 2 and [r["completion"] for r in sft.without_prefix_loss(short, rows, tokenizer)] == [
+        short[1]["completion"]]  # the cut row has nothing left to train; the other keeps its tokens
     wrong = [{**rows[0], NO_LOSS_PREFIX: "<think>\nSomething else" + STOP_THINKING}, rows[1]]
     with pytest.raises(ValueError, match="does not start with its no_loss_prefix"):
         sft.without_prefix_loss(before, wrong, tokenizer)
