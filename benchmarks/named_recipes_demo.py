@@ -70,7 +70,7 @@ def mode_table(stages: list[dict]) -> str:
     if not evaluated:
         return ""
     budgets = sorted({k.split("/")[2] for s in evaluated for k in s["metrics"]
-                      if k.startswith("eval/budget/") and k.endswith("/accuracy")},
+                      if k.startswith("eval/budget/") and k.endswith("/accuracy") and "_minus_" not in k},
                      key=lambda b: float("inf") if b == "unlimited" else int(b))
     lines = [table_header("stage", "think [95%]", "no_think [95%]", "think - no_think [95%]", "no_think compliance",
                           *[f"budget {b}" for b in budgets])]
@@ -81,7 +81,14 @@ def mode_table(stages: list[dict]) -> str:
                                f"{m[gain]:+.3f} [{m[gain + '_lo']:+.3f}, {m[gain + '_hi']:+.3f}]" if gain in m else "",
                                f"{m.get('eval/mode/no_think/mode_compliance', float('nan')):.3f}",
                                *[interval(m, f"eval/budget/{b}/accuracy") for b in budgets]))
-    return "Modes and thinking budgets (same 200 prompts, greedy):\n\n" + "\n".join(lines) + "\n\n"
+    steps = []
+    for s in evaluated:
+        m, names = s["metrics"], [f"eval/budget/{b}_minus_{a}/accuracy" for a, b in zip(budgets, budgets[1:])]
+        if found := [f"{k.split('/')[2].replace('_minus_', ' - ')} {m[k]:+.3f} [{m[k + '_lo']:+.3f}, {m[k + '_hi']:+.3f}]"
+                     for k in names if k in m]:
+            steps.append(f"- {s['name']}: " + ", ".join(found))
+    paired = "\n\nEach budget against the next smaller one, paired on the same prompts:\n" + "\n".join(steps) if steps else ""
+    return "Modes and thinking budgets (same 200 prompts, greedy):\n\n" + "\n".join(lines) + paired + "\n\n"
 
 
 def posttrain_eval(models: list[str], data: str, tokens: int, env: dict[str, str]) -> str:

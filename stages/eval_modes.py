@@ -86,6 +86,7 @@ def budget_metrics(engine: Engine, rows: list[dict], spec, budgets: list[int | N
     instead of generating 200)."""
     out: dict[str, float] = {}
     prompts = [r["prompt"] for r in rows]
+    scores: dict[int | None, list[float | None]] = {}
     for budget in budgets:
         sampling = SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
                                 thinking_budget=budget, answer_max_new_tokens=spec.answer_max_new_tokens,
@@ -98,13 +99,21 @@ def budget_metrics(engine: Engine, rows: list[dict], spec, budgets: list[int | N
         else:
             done = [c[0] for c in engine.complete_budgeted(prompts, sampling, unlimited, progress=label)]
         prefix = f"eval/budget/{budget_label(budget)}/"
-        with_interval(out, prefix + "accuracy", rate_interval(score_rows(rows, [c.text for c in done],
-                                                                          **spec.answer_rules())))
+        scores[budget] = score_rows(rows, [c.text for c in done], **spec.answer_rules())
+        with_interval(out, prefix + "accuracy", rate_interval(scores[budget]))
         thinking = [c.thinking_tokens if c.thinking_tokens is not None else
                     len(engine.tokenizer(split_thinking(c.text)[0] or "", add_special_tokens=False)["input_ids"])
                     for c in done]
         out[prefix + "thinking_tokens_mean"] = mean_defined(thinking)
         out[prefix + "truncated_share"] = mean_defined([float(c.budget_hit) for c in done])
+    # Qwen3's claim is that accuracy does not fall as the budget grows: each step up, paired on the
+    # same prompts (`eval/budget/16_minus_0/accuracy` with its interval, n and McNemar p)
+    ordered = sorted(scores, key=lambda b: float("inf") if b is None else b)
+    for low, high in zip(ordered, ordered[1:]):
+        change = paired_change(scores[low], scores[high])
+        name = f"eval/budget/{budget_label(high)}_minus_{budget_label(low)}/accuracy"
+        out[name] = change.pop("delta")
+        out.update({f"{name}_{k}": v for k, v in change.items()})
     return out
 
 

@@ -287,3 +287,11 @@ def test_posttrain_eval_prints_each_paired_change_with_the_test_it_used():
     assert "b against a: accuracy +0.100 [-0.050, +0.250] on 20 prompts, McNemar p = 0.3  (not significant" in text
     assert "b against a: pass_at_1 -0.070 [-0.110, -0.020] on 20 prompts (paired bootstrap)  (significant)" in text
     assert "pass_at_1" in text.splitlines()[0]  # its own column in the table
+
+
+def test_the_budget_curve_reads_the_budgets_not_the_paired_steps_between_them():
+    from pipeline.tracking.figures import budget_points
+
+    metrics = {"eval/budget/16/accuracy": 0.1, "eval/budget/0/accuracy": 0.2, "eval/budget/unlimited/accuracy": 0.3,
+               "eval/budget/16_minus_0/accuracy": -0.1, "eval/budget/unlimited_minus_16/accuracy": 0.2}
+    assert budget_points(metrics) == [("0", 0.2), ("16", 0.1), ("unlimited", 0.3)]
