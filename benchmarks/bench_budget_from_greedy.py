@@ -11,7 +11,7 @@ how many completions are the same (text, token counts, thinking tokens, budget f
 the derived way generated. The greedy pass is timed once; both ways would need it.
 
     .venv/bin/python benchmarks/bench_budget_from_greedy.py --model <a model that thinks, e.g. a qwen3
-        demo run's general_rl/model> [--prompts 200] [--budgets 16 64] [--max-new-tokens 160]
+        demo run's general_rl/model> [--prompts 200] [--budgets 16 64] [--max-new-tokens 80]
         [--answer 32] [--batch-size 64]
 """
 
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--prompts", type=positive_int, default=200)
     ap.add_argument("--budgets", type=positive_int, nargs="+", default=[16, 64])
-    ap.add_argument("--max-new-tokens", type=positive_int, default=160, help="the greedy pass's limit, as qwen3's evaluation")
+    ap.add_argument("--max-new-tokens", type=positive_int, default=80, help="the greedy pass's limit, as qwen3's demo evaluation")
     ap.add_argument("--answer", type=positive_int, default=32, help="answer_max_new_tokens, as qwen3's evaluation")
     ap.add_argument("--batch-size", type=positive_int, default=64)
     args = ap.parse_args()
