@@ -40,8 +40,10 @@ def main() -> int:
     for key, value in metrics.items():
         if key.startswith("eval/budget/") and key.endswith("/accuracy"):
             sign = "+" if "_minus_" in key else ""  # a change, or a rate
-            print(f"{key.split('/')[2].replace('_minus_', ' - '):>16}  {value:{sign}.3f} [{metrics[key + '_lo']:{sign}.3f}, "
-                  f"{metrics[key + '_hi']:{sign}.3f}]" + (f"  McNemar p = {metrics[key + '_p']:.3g}" if key + "_p" in metrics else ""))
+            low, high = metrics[key + "_lo"], metrics[key + "_hi"]
+            p_value = f"  McNemar p = {metrics[key + '_p']:.3g}" if key + "_p" in metrics else ""
+            name = key.split("/")[2].replace("_minus_", " - ")
+            print(f"{name:>16}  {value:{sign}.3f} [{low:{sign}.3f}, {high:{sign}.3f}]{p_value}")
     return 0
 
 
