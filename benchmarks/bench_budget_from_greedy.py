@@ -17,10 +17,9 @@ the derived way generated. The greedy pass is timed once; both ways would need i
 
 from __future__ import annotations
 
-import argparse
 import time
 
-from recipe_runs import positive_int
+from recipe_runs import budget_benchmark_parser, positive_int, same_completions
 
 
 def main() -> None:
@@ -29,13 +28,8 @@ def main() -> None:
     from pipeline.store.home import configure_environment
     from toolkit.rollouts import SamplingSpec, open_engine
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--prompts", type=positive_int, default=200)
-    ap.add_argument("--budgets", type=positive_int, nargs="+", default=[16, 64])
+    ap = budget_benchmark_parser(__doc__)
     ap.add_argument("--max-new-tokens", type=positive_int, default=80, help="the greedy pass's limit, as qwen3's demo evaluation")
-    ap.add_argument("--answer", type=positive_int, default=32, help="answer_max_new_tokens, as qwen3's evaluation")
-    ap.add_argument("--batch-size", type=positive_int, default=64)
     args = ap.parse_args()
     configure_environment()
     engine = open_engine(resolve_model(args.model))
@@ -59,8 +53,7 @@ def main() -> None:
         derived = [cs[0] for cs in engine.complete_budgeted(prompts, spec, greedy)]
         t_derived = time.perf_counter() - started
         totals = [totals[0] + t_generated, totals[1] + t_derived]
-        key = lambda c: (c.text, c.tokens, c.thinking_tokens, c.budget_hit)
-        same = sum(key(a) == key(b) for a, b in zip(generated, derived))
+        same = same_completions(generated, derived)
         continued = sum(c.budget_hit for c in derived)
         print(f"| {budget} | {t_generated:.1f} | {t_derived:.1f} | {t_derived / t_generated:.2f}x | "
               f"{same}/{len(prompts)} | {continued} |", flush=True)

@@ -13,11 +13,10 @@ each way, their ratio, and how many greedy completions are the same text with th
 
 from __future__ import annotations
 
-import argparse
 import functools
 import time
 
-from recipe_runs import non_negative_int, positive_int
+from recipe_runs import budget_benchmark_parser, non_negative_int, same_completions
 
 
 def main() -> None:
@@ -30,13 +29,7 @@ def main() -> None:
     from toolkit.rollouts.ort import converted, open_model, ort_sampler
     from toolkit.rollouts.sampling import complete
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--prompts", type=positive_int, default=200)
-    ap.add_argument("--budgets", type=non_negative_int, nargs="+", default=[16, 64])
-    ap.add_argument("--answer", type=positive_int, default=32, help="answer_max_new_tokens, as the qwen3 recipe's evaluation")
-    ap.add_argument("--batch-size", type=positive_int, default=64)
-    args = ap.parse_args()
+    args = budget_benchmark_parser(__doc__, non_negative_int).parse_args()
     configure_environment()
     model_dir = resolve_model(args.model)
     tokenizer = load_tokenizer(model_dir)
@@ -58,8 +51,7 @@ def main() -> None:
             done = [cs[0] for cs in complete(sample, tokenizer, prompts, spec)]
             runs[name] = (time.perf_counter() - started, done)
         (t2, two), (t1, one) = runs["two-phase"], runs["one pass"]
-        same = sum((a.text, a.tokens, a.thinking_tokens, a.budget_hit) == (b.text, b.tokens, b.thinking_tokens, b.budget_hit)
-                   for a, b in zip(two, one))
+        same = same_completions(two, one)
         print(f"| {budget} | {t2:.1f} | {t1:.1f} | {t1 / t2:.2f}x | {same}/{len(prompts)} | "
               f"{sum(c.budget_hit for c in one)}/{len(prompts)} |", flush=True)
 

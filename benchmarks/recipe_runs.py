@@ -77,3 +77,22 @@ def non_negative_int(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more, not {text}")
     return int(text)
+
+
+def budget_benchmark_parser(doc: str, budget: type = positive_int) -> argparse.ArgumentParser:
+    """The arguments every thinking-budget benchmark takes: a model that thinks, how many held-out
+    prompts, the budgets, the answer limit and the batch (qwen3's demo evaluation by default)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompts", type=positive_int, default=200)
+    ap.add_argument("--budgets", type=budget, nargs="+", default=[16, 64])
+    ap.add_argument("--answer", type=positive_int, default=32, help="answer_max_new_tokens, as qwen3's evaluation")
+    ap.add_argument("--batch-size", type=positive_int, default=64)
+    return ap
+
+
+def same_completions(first: list, second: list) -> int:
+    """How many completions (toolkit.rollouts.Completion) two ways made alike: text, token count,
+    thinking tokens and budget flag."""
+    key = lambda c: (c.text, c.tokens, c.thinking_tokens, c.budget_hit)
+    return sum(key(a) == key(b) for a, b in zip(first, second))
