@@ -19,7 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.rollouts.sampling import Completion, SamplingSpec, TokenSampler, budgeted_from_unlimited, complete
+from toolkit.rollouts.sampling import (
+    Completion,
+    SamplingSpec,
+    TokenSampler,
+    budgeted_from_unlimited,
+    complete,
+    derivable,
+)
 
 ENGINES = ("auto", "hf", "ct2", "ort", "vllm")
 PRECISIONS = ("float32", "bfloat16", "int8", "int4")
@@ -51,9 +58,7 @@ class Engine:
         greedy completions without one. Derived from them where greedy decoding allows
         (sampling.budgeted_from_unlimited), so only rows whose budget ran out are generated; on an
         engine without token ids, or a spec that samples, generated as `complete` would."""
-        derivable = (self._greedy_sampler is not None and spec.effective().budgeted and spec.temperature == 0
-                     and spec.n == 1 and all(c.ids is not None for c in unlimited))
-        if not derivable:
+        if self._greedy_sampler is None or not derivable(spec, unlimited):
             return self.complete(prompts, spec, progress)
         done = budgeted_from_unlimited(self._greedy_sampler(), self.tokenizer, prompts, unlimited, spec, progress)
         return [[c] for c in done]

@@ -173,6 +173,13 @@ def _finish_thinking(sample: TokenSampler, tokenizer, prompt_ids: list[list[int]
     return [_thought(tokenizer, ids, inserted[i], answers.get(i, [])) for i, ids in enumerate(first)]
 
 
+def derivable(spec: SamplingSpec, unlimited: list[Completion]) -> bool:
+    """Whether budgeted completions for `spec` can come from `unlimited` (budgeted_from_unlimited):
+    greedy, one per prompt, a budget above 0, and the token ids of every unlimited completion."""
+    spec = spec.effective()
+    return spec.temperature == 0 and spec.n == 1 and spec.budgeted and all(c.ids is not None for c in unlimited)
+
+
 def budgeted_from_unlimited(sample: TokenSampler, tokenizer, prompts: list[list[dict] | str],
                             unlimited: list[Completion], spec: SamplingSpec,
                             progress: bool | str = False) -> list[Completion]:
@@ -186,10 +193,10 @@ def budgeted_from_unlimited(sample: TokenSampler, tokenizer, prompts: list[list[
     between batch shapes, as the two-phase and one-pass paths are to each other."""
     from tqdm import tqdm
 
-    spec = spec.effective()
-    if spec.temperature > 0 or spec.n != 1 or not spec.budgeted or any(c.ids is None for c in unlimited):
+    if not derivable(spec, unlimited):
         raise ValueError("budgeted completions derive only from greedy token ids, one per prompt, with a budget above 0")
-    think_end, eos = think_end_id(tokenizer), tokenizer.eos_token_id
+    spec = spec.effective()
+    think_end, eos, stop_ids = think_end_id(tokenizer), tokenizer.eos_token_id, _stop_ids(tokenizer, spec)
     stops, budget = {eos} | ({think_end} if think_end is not None else set()), spec.thinking_budget
     answer_limit = spec.answer_max_new_tokens or spec.max_new_tokens
     out: dict[int, Completion] = {}
@@ -205,7 +212,7 @@ def budgeted_from_unlimited(sample: TokenSampler, tokenizer, prompts: list[list[
             else:  # the unlimited completion hit its own token limit before the answer's
                 todo.append((i, head, []))
         elif len(head) == budget:
-            todo.append((i, head, _stop_ids(tokenizer, spec)))
+            todo.append((i, head, stop_ids))
     continued = {i for i, _, _ in todo}
     if rest := [i for i in range(len(prompts)) if i not in out and i not in continued]:
         # the unlimited completion stopped short of the budget without closing: phase one is longer
