@@ -1,7 +1,7 @@
 """A finished stage's thinking budgets again, with each step up the budget paired on the same
 prompts: its model, held-out rows and evaluation settings as the stage recorded them (spec.json),
 without the mode passes. For a run made before evaluations logged the paired steps
-(`eval/budget/16_minus_0/accuracy`), or to check a run's numbers.
+(`eval/budget_step/16_minus_0/accuracy`), or to check a run's numbers.
 
     POSTTRAIN_HOME=<home> .venv/bin/python benchmarks/budget_steps.py <stage output dir>
 """
@@ -38,7 +38,7 @@ def main() -> int:
     print(f"{a.stage_dir.name}: {len(rows)} held-out prompts, greedy, {spec.max_new_tokens} tokens, "
           f"answer limit {spec.answer_max_new_tokens}")
     for key, value in metrics.items():
-        if key.startswith("eval/budget/") and key.endswith("/accuracy"):
+        if key.startswith(("eval/budget/", "eval/budget_step/")) and key.endswith("/accuracy"):
             sign = "+" if "_minus_" in key else ""  # a change, or a rate
             low, high = metrics[key + "_lo"], metrics[key + "_hi"]
             p_value = f"  McNemar p = {metrics[key + '_p']:.3g}" if key + "_p" in metrics else ""

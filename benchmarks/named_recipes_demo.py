@@ -70,7 +70,7 @@ def mode_table(stages: list[dict]) -> str:
     if not evaluated:
         return ""
     budgets = sorted({k.split("/")[2] for s in evaluated for k in s["metrics"]
-                      if k.startswith("eval/budget/") and k.endswith("/accuracy") and "_minus_" not in k},
+                      if k.startswith("eval/budget/") and k.endswith("/accuracy")},
                      key=lambda b: float("inf") if b == "unlimited" else int(b))
     lines = [table_header("stage", "think [95%]", "no_think [95%]", "think - no_think [95%]", "no_think compliance",
                           *[f"budget {b}" for b in budgets])]
@@ -83,7 +83,7 @@ def mode_table(stages: list[dict]) -> str:
                                *[interval(m, f"eval/budget/{b}/accuracy") for b in budgets]))
     steps = []
     for s in evaluated:
-        m, names = s["metrics"], [f"eval/budget/{b}_minus_{a}/accuracy" for a, b in zip(budgets, budgets[1:])]
+        m, names = s["metrics"], [f"eval/budget_step/{b}_minus_{a}/accuracy" for a, b in zip(budgets, budgets[1:])]
         if found := [f"{k.split('/')[2].replace('_minus_', ' - ')} {m[k]:+.3f} [{m[k + '_lo']:+.3f}, {m[k + '_hi']:+.3f}]"
                      for k in names if k in m]:
             steps.append(f"- {s['name']}: " + ", ".join(found))

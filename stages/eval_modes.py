@@ -28,6 +28,7 @@ from toolkit.rollouts import Completion, Engine, SamplingSpec
 
 CONSISTENT = 0.95
 THINK_GAIN = "eval/mode/think_minus_no_think/"
+BUDGET_STEP = "eval/budget_step/"  # each budget against the next smaller one, paired
 
 
 def mean_defined(values) -> float:
@@ -107,11 +108,12 @@ def budget_metrics(engine: Engine, rows: list[dict], spec, budgets: list[int | N
         out[prefix + "thinking_tokens_mean"] = mean_defined(thinking)
         out[prefix + "truncated_share"] = mean_defined([float(c.budget_hit) for c in done])
     # Qwen3's claim is that accuracy does not fall as the budget grows: each step up, paired on the
-    # same prompts (`eval/budget/16_minus_0/accuracy` with its interval, n and McNemar p)
+    # same prompts (`eval/budget_step/16_minus_0/accuracy` with its interval, n and McNemar p), beside
+    # `eval/budget/<b>/` rather than in it, so whatever reads the budgets there reads only budgets
     ordered = sorted(scores, key=lambda b: float("inf") if b is None else b)
     for low, high in zip(ordered, ordered[1:]):
         change = paired_change(scores[low], scores[high])
-        name = f"eval/budget/{budget_label(high)}_minus_{budget_label(low)}/accuracy"
+        name = f"{BUDGET_STEP}{budget_label(high)}_minus_{budget_label(low)}/accuracy"
         out[name] = change.pop("delta")
         out.update({f"{name}_{k}": v for k, v in change.items()})
     return out

@@ -183,7 +183,7 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     return Evaluation(metrics, table, per_prompt)
 
 
-SWEEP_PREFIXES = ("eval/mode/", "eval/budget/", "eval/pass_at_", "eval/maj_at_")
+SWEEP_PREFIXES = ("eval/mode/", "eval/budget/", "eval/budget_step/", "eval/pass_at_", "eval/maj_at_")
 
 
 def reference_spec(spec: EvalSpec, gate_metric: str | None = None) -> EvalSpec:

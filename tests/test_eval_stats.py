@@ -293,5 +293,5 @@ def test_the_budget_curve_reads_the_budgets_not_the_paired_steps_between_them():
     from pipeline.tracking.figures import budget_points
 
     metrics = {"eval/budget/16/accuracy": 0.1, "eval/budget/0/accuracy": 0.2, "eval/budget/unlimited/accuracy": 0.3,
-               "eval/budget/16_minus_0/accuracy": -0.1, "eval/budget/unlimited_minus_16/accuracy": 0.2}
+               "eval/budget_step/16_minus_0/accuracy": -0.1, "eval/budget_step/unlimited_minus_16/accuracy": 0.2}
     assert budget_points(metrics) == [("0", 0.2), ("16", 0.1), ("unlimited", 0.3)]

@@ -257,9 +257,10 @@ def test_the_unlimited_budget_is_the_greedy_pass_not_a_second_one(fusion_run, he
     metrics = evaluate(model, EvalSpec(max_new_tokens=32, budgets=[8, None]), held_out[:16]).metrics
     assert budgets_run == [None]  # the greedy pass; budget 8 derived from it, unlimited is it
     assert "eval/budget/8/accuracy" in metrics
-    step = metrics["eval/budget/unlimited_minus_8/accuracy"]  # each step up the budgets, paired
+    step = metrics["eval/budget_step/unlimited_minus_8/accuracy"]  # each step up the budgets, paired
     assert step == pytest.approx(metrics["eval/budget/unlimited/accuracy"] - metrics["eval/budget/8/accuracy"])
-    assert metrics["eval/budget/unlimited_minus_8/accuracy_lo"] <= step <= metrics["eval/budget/unlimited_minus_8/accuracy_hi"]
+    low, high = (metrics[f"eval/budget_step/unlimited_minus_8/accuracy_{end}"] for end in ("lo", "hi"))
+    assert low <= step <= high
     assert metrics["eval/budget/unlimited/accuracy"] == metrics["eval/accuracy"]
     assert metrics["eval/budget/unlimited/truncated_share"] == 0
 

@@ -120,10 +120,10 @@ def log_to_mlflow(ref: str, spec, done, samples: list[dict]) -> str:
 
 def main_table(results: list[dict], paired: list[dict]) -> str:
     from pipeline.store.runs import grid, with_interval
+    from stages.evaluate import SWEEP_PREFIXES
 
     keys = ["eval/accuracy", "eval/format_rate", "eval/completion_tokens_mean"]
-    keys += sorted({k for r in results for k in r["metrics"] if k.startswith(("eval/pass_at_", "eval/maj_at_", "eval/mode/",
-                                                                               "eval/budget/")) and k.endswith("accuracy")
+    keys += sorted({k for r in results for k in r["metrics"] if k.startswith(SWEEP_PREFIXES) and k.endswith("accuracy")
                     or k.startswith(("eval/pass_at_", "eval/maj_at_")) and not k.endswith(("_lo", "_hi", "_n"))})
     rows = [["model", "n", *[k.removeprefix("eval/") for k in keys], "cached"]]
     rows += [[r["model"], f"{r['metrics'].get('eval/accuracy_n', 0):.0f}", *[with_interval(r["metrics"], k) for k in keys],

@@ -64,6 +64,5 @@ def draw_budget_curves(plt, curves: dict):
 
 def budget_points(metrics: dict[str, float]) -> list[tuple[str, float]]:
     """(budget, accuracy) in budget order, `unlimited` last."""
-    found = [(k.split("/")[2], v) for k, v in metrics.items()
-             if k.startswith("eval/budget/") and k.endswith("/accuracy") and "_minus_" not in k]  # not the paired steps
+    found = [(k.split("/")[2], v) for k, v in metrics.items() if k.startswith("eval/budget/") and k.endswith("/accuracy")]
     return sorted(found, key=lambda p: (p[0] == "unlimited", int(p[0]) if p[0].isdigit() else 0))
