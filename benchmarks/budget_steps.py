@@ -21,25 +21,25 @@ def main() -> int:
     ap.add_argument("stage_dir", type=Path, help="a completed stage's output folder (spec.json and model/ inside)")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from data_curation.sources import load_rows
     from pipeline.store.home import configure_environment
     from stages.evaluate import EvalSpec, evaluate
+    from stages.runtime import load_stage_rows
 
     spec_file = a.stage_dir / "spec.json"
     if not spec_file.is_file() or not (a.stage_dir / "model").is_dir():
         ap.error(f"{a.stage_dir}: not a completed stage's folder (needs spec.json and model/)")
     configure_environment()
-    spec = EvalSpec(**{**json.loads(spec_file.read_text())["eval"], "modes": []})
+    recorded = json.loads(spec_file.read_text())
+    spec = EvalSpec(**{**recorded["eval"], "modes": []})
     if not spec.budgets:
         ap.error(f"{spec_file}: its evaluation has no thinking budgets")
-    data = spec.data
-    rows = load_rows(data.source, data.split, data.n, data.seed, data.params)
+    rows = load_stage_rows(recorded["inputs"]["eval_data"])  # as the stage's worker loaded them
     metrics = evaluate(str(a.stage_dir / "model"), spec, rows).metrics
     print(f"{a.stage_dir.name}: {len(rows)} held-out prompts, greedy, {spec.max_new_tokens} tokens, "
           f"answer limit {spec.answer_max_new_tokens}")
     for key, value in metrics.items():
         if key.startswith(("eval/budget/", "eval/budget_step/")) and key.endswith("/accuracy"):
-            sign = "+" if "_minus_" in key else ""  # a change, or a rate
+            sign = "+" if key.startswith("eval/budget_step/") else ""  # a change, or a rate
             low, high = metrics[key + "_lo"], metrics[key + "_hi"]
             p_value = f"  McNemar p = {metrics[key + '_p']:.3g}" if key + "_p" in metrics else ""
             name = key.split("/")[2].replace("_minus_", " - ")
