@@ -65,7 +65,8 @@ def stage_table(stages: list[dict]) -> str:
 
 def mode_table(stages: list[dict]) -> str:
     """Qwen3's mode and budget claims, per stage evaluated with modes: accuracy per mode, the paired
-    think - no_think change, /no_think compliance (the empty think block), accuracy per budget."""
+    think - no_think change, /no_think compliance (the empty think block), accuracy per budget, and
+    how often budget 0's answers think anyway (close a think block the template had closed)."""
     evaluated = [s for s in stages if "eval/mode/think/accuracy" in (s.get("metrics") or {})]
     if not evaluated:
         return ""
@@ -73,14 +74,15 @@ def mode_table(stages: list[dict]) -> str:
                       if k.startswith("eval/budget/") and k.endswith("/accuracy")},
                      key=lambda b: float("inf") if b == "unlimited" else int(b))
     lines = [table_header("stage", "think [95%]", "no_think [95%]", "think - no_think [95%]", "no_think compliance",
-                          *[f"budget {b}" for b in budgets])]
+                          *[f"budget {b}" for b in budgets], "budget 0: thought anyway")]
     for s in evaluated:
         m = s["metrics"]
         gain = "eval/mode/think_minus_no_think/accuracy"
         lines.append(table_row(s["name"], interval(m, "eval/mode/think/accuracy"), interval(m, "eval/mode/no_think/accuracy"),
                                f"{m[gain]:+.3f} [{m[gain + '_lo']:+.3f}, {m[gain + '_hi']:+.3f}]" if gain in m else "",
                                f"{m.get('eval/mode/no_think/mode_compliance', float('nan')):.3f}",
-                               *[interval(m, f"eval/budget/{b}/accuracy") for b in budgets]))
+                               *[interval(m, f"eval/budget/{b}/accuracy") for b in budgets],
+                               f"{m.get('eval/budget/0/thought_anyway_share', float('nan')):.3f}"))
     steps = []
     for s in evaluated:
         m, names = s["metrics"], [f"eval/budget_step/{b}_minus_{a}/accuracy" for a, b in zip(budgets, budgets[1:])]

@@ -15,6 +15,12 @@
   answering from a cut thought "emerges naturally" from fusion; at 135M parameters it did not (qwen3
   demo: budget 16 below budget 0, the model thinking on after the string). The cut thought and the
   string are the row's `no_loss_prefix`: the budget inserts the string, the model must not learn to.
+- Ours too (`hard_switch_share`, 0 = the report's data): that share of the non-thinking rows is added
+  once more WITHOUT a flag, the empty think block as its `no_loss_prefix`: the layout of the chat
+  template's hard switch (`enable_thinking=False` renders the empty block into the prompt), which a
+  thinking budget of 0 uses. In the report's data every empty block follows /no_think, and at 135M the
+  model learnt the flag, not the block: under the hard switch it worked the sum out after the empty
+  block and closed a second one (197 of 200 training-split prompts, qwen3's tenth demo run).
 Every built row is checked against `governing_mode` before it is written; a mismatch is a bug and
 raises. The shares actually produced are returned for the report.
 """
@@ -27,8 +33,10 @@ from collections import Counter
 
 from toolkit.core.text import split_thinking
 from toolkit.core.thinking import (
+    EMPTY_THINK,
     STOP_THINKING,
     Mode,
+    flag_of,
     governing_mode,
     no_thinking_response,
     response_only,
@@ -61,12 +69,15 @@ def _single_turn(row: dict, flag: Mode | None, in_system: bool) -> list[dict]:
 
 def build_fusion(thinking_rows: list[dict], plain_rows: list[dict], think_flag_share: float = 0.5,
                  system_flag_share: float = 0.1, multi_turn_share: float = 0.2, seed: int = 0,
-                 cut_thinking_share: float = 0.0, stop_thinking: str = STOP_THINKING) -> tuple[list[dict], list[dict], dict]:
+                 cut_thinking_share: float = 0.0, stop_thinking: str = STOP_THINKING,
+                 hard_switch_share: float = 0.0) -> tuple[list[dict], list[dict], dict]:
     """(fusion rows, removed rows, composition). Thinking rows whose solution has no non-empty
     think block are removed (`no_thinking`); plain rows need a non-empty response (`no_response`)."""
-    rng, cut_rng = random.Random(seed), random.Random(seed + 1_000_003)  # no cuts: the report's rows, as before
+    # the added rows draw from their own generators: with none added, the report's rows as before
+    rng, cut_rng, switch_rng = random.Random(seed), random.Random(seed + 1_000_003), random.Random(seed + 2_000_003)
     removed, think_items, plain_items = [], [], []
-    cuts: dict[str, str] = {}  # a cut row's id -> its no-loss prefix
+    no_loss: dict[str, str] = {}  # an added row's id -> its no-loss prefix
+    cuts, switched = set(), set()  # the ids of cut-thought rows and of hard-switch rows
     for row in thinking_rows:
         thinking, response = split_thinking(row.get("solution") or "")
         if not thinking:
@@ -74,7 +85,8 @@ def build_fusion(thinking_rows: list[dict], plain_rows: list[dict], think_flag_s
             continue
         think_items.append((row, "think", thinking_response(thinking, response)))
         if cut_thinking_share and len(thinking.split()) > 1 and cut_rng.random() < cut_thinking_share:
-            completion, cuts[f"{row['id']}#cut"] = cut_thought(thinking, response, cut_rng, stop_thinking)
+            completion, no_loss[f"{row['id']}#cut"] = cut_thought(thinking, response, cut_rng, stop_thinking)
+            cuts.add(f"{row['id']}#cut")
             think_items.append(({**row, "id": f"{row['id']}#cut"}, "think", completion))
     for row in plain_rows:
         response = response_only(row.get("solution") or "").strip()
@@ -82,13 +94,18 @@ def build_fusion(thinking_rows: list[dict], plain_rows: list[dict], think_flag_s
             removed.append({**row, "removed_reason": "no_response", "evidence": (row.get("solution") or "")[:120]})
         else:
             plain_items.append((row, "no_think", no_thinking_response(response)))
+            if hard_switch_share and switch_rng.random() < hard_switch_share:
+                switched.add(f"{row['id']}#switch")
+                no_loss[f"{row['id']}#switch"] = EMPTY_THINK
+                plain_items.append(({**row, "id": f"{row['id']}#switch"}, "no_think", no_thinking_response(response)))
     items = think_items + plain_items
     rng.shuffle(items)
     counts: Counter = Counter()
     out = []
     for i, (row, mode, completion) in enumerate(items):
-        multi = rng.random() < multi_turn_share and len(items) > 1
-        flag: Mode | None = mode
+        switch = row["id"] in switched  # single-turn and unflagged: the template's switch sets the mode
+        multi = not switch and rng.random() < multi_turn_share and len(items) > 1
+        flag: Mode | None = None if switch else mode
         if mode == "think" and not multi and rng.random() >= think_flag_share:
             flag = None  # thinking is the default
         in_system = not multi and flag is not None and rng.random() < system_flag_share
@@ -101,19 +118,20 @@ def build_fusion(thinking_rows: list[dict], plain_rows: list[dict], think_flag_s
                       *_single_turn(row, mode, False)]
         else:
             prompt = _single_turn(row, flag, in_system)
-        if governing_mode(prompt) != mode:
+        if switch and any(flag_of(m["content"]) for m in prompt):
+            raise AssertionError(f"fusion row {row['id']} is a hard-switch row but carries a flag")
+        if not switch and governing_mode(prompt) != mode:
             raise AssertionError(f"fusion row {row['id']} asks for {governing_mode(prompt)} but answers in {mode}")
         counts[mode] += 1
         counts["multi_turn"] += multi
         counts["system_flag"] += in_system
-        counts["think_unflagged"] += flag is None
+        counts["think_unflagged"] += flag is None and not switch
         counts["think_cut"] += row["id"] in cuts
+        counts["no_think_switch"] += switch
         built = {**row, "id": f"{row['id']}#{mode}", "prompt": prompt, "solution": completion, "mode": mode}
-        out.append({**built, NO_LOSS_PREFIX: cuts[row["id"]]} if row["id"] in cuts else built)
+        out.append({**built, NO_LOSS_PREFIX: no_loss[row["id"]]} if row["id"] in no_loss else built)
     total = max(1, len(out))
-    composition = {"rows": len(out), "think": counts["think"], "no_think": counts["no_think"],
-                   "think_unflagged": counts["think_unflagged"], "multi_turn": counts["multi_turn"],
-                   "system_flag": counts["system_flag"], "think_cut": counts["think_cut"],
-                   **{f"share_{k}": counts[k] / total for k in ("think", "no_think", "think_unflagged",
-                                                                 "multi_turn", "system_flag", "think_cut")}}
+    kinds = ("think", "no_think", "think_unflagged", "multi_turn", "system_flag", "think_cut", "no_think_switch")
+    composition = {"rows": len(out), **{k: counts[k] for k in kinds},
+                   **{f"share_{k}": counts[k] / total for k in kinds}}
     return out, removed, composition

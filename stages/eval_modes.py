@@ -107,6 +107,10 @@ def budget_metrics(engine: Engine, rows: list[dict], spec, budgets: list[int | N
                     for c in done]
         out[prefix + "thinking_tokens_mean"] = mean_defined(thinking)
         out[prefix + "truncated_share"] = mean_defined([float(c.budget_hit) for c in done])
+        if budget == 0:  # the template closed the think block in the prompt: a `</think>` in the answer
+            # means the model thought anyway (qwen3's tenth demo run: 197 of 200), and budget 0 is no
+            # longer a no-thinking point of the curve
+            out[prefix + "thought_anyway_share"] = mean_defined([float("</think>" in c.text) for c in done])
     # Qwen3's claim is that accuracy does not fall as the budget grows: each step up, paired on the
     # same prompts (`eval/budget_step/16_minus_0/accuracy` with its interval, n and McNemar p), beside
     # `eval/budget/<b>/` rather than in it, so whatever reads the budgets there reads only budgets

@@ -35,6 +35,9 @@ class ThinkingFusionConfig(StageBase):
     cut_thinking_share: float = Field(0.0, ge=0, le=1, description="Ours, a departure (0 = the report): thinking "
                                       "rows added again with the thinking cut and closed by `stop_thinking`, as a "
                                       "budget does; the cut part trains without loss (data_curation/fusion.py)")
+    hard_switch_share: float = Field(0.0, ge=0, le=1, description="Ours, a departure (0 = the report): "
+                                     "non-thinking rows added again without a flag, the empty think block (what "
+                                     "`enable_thinking=False` renders, a budget of 0) trained without loss")
     stop_thinking: str = Field(STOP_THINKING, description="the string a cut row's thinking ends with: the "
                                "evaluation's (and `posttrain generate`'s) stop-thinking string")
     seed: int = 0
@@ -56,7 +59,8 @@ def run(cfg: ThinkingFusionConfig, ctx) -> StageOutput:
     thinking = [r for path, rows in loaded.items() if path.startswith("thinking.") for r in rows]
     plain = [r for path, rows in loaded.items() if path.startswith("non_thinking.") for r in rows]
     rows, removed, composition = build_fusion(thinking, plain, cfg.think_flag_share, cfg.system_flag_share,
-                                              cfg.multi_turn_share, cfg.seed, cfg.cut_thinking_share, cfg.stop_thinking)
+                                              cfg.multi_turn_share, cfg.seed, cfg.cut_thinking_share, cfg.stop_thinking,
+                                              cfg.hard_switch_share)
     report = write_outputs(ctx.output_dir, cfg.kind, rows, removed, composition)
     examples = {mode: [r for r in rows if r["mode"] == mode][:4] for mode in ("think", "no_think")}
     table = {"mode": [], "prompt": [], "solution": []}

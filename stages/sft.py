@@ -7,6 +7,7 @@ completion only: the prompt is the row's chat messages, the completion its `solu
 
 from __future__ import annotations
 
+import json
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -47,6 +48,10 @@ def to_prompt_completion(rows: list[dict]) -> list[dict]:
     return [{"prompt": r["prompt"], "completion": [{"role": "assistant", "content": r["solution"]}]} for r in rows]
 
 
+def _row_key(prompt: list[dict], completion: str) -> str:
+    return json.dumps([[(m["role"], m["content"]) for m in prompt], completion])
+
+
 def without_prefix_loss(dataset, rows: list[dict], tokenizer):
     """TRL's tokenized rows with the loss taken off each row's `no_loss_prefix` (labels -100): the
     opening of its completion that the model is not to learn (a thinking-fusion row's cut thought
@@ -54,15 +59,16 @@ def without_prefix_loss(dataset, rows: list[dict], tokenizer):
     that straddles the prefix's end is masked too, and a row cut by `max_length` inside its prefix
     is dropped. A completion that does not start with its prefix (a chat template that rewrites the
     thinking) is an error, not a silent full loss."""
-    # by completion, not by position: TRL drops rows that truncation left without a trained token
-    prefixes = {r["solution"]: (r["id"], r[NO_LOSS_PREFIX]) for r in rows if r.get(NO_LOSS_PREFIX)}
+    # by prompt and completion, not by position: TRL drops rows that truncation left without a trained
+    # token; and by both, because a hard-switch row has its /no_think twin's completion
+    prefixes = {_row_key(r["prompt"], r["solution"]): (r["id"], r[NO_LOSS_PREFIX]) for r in rows if r.get(NO_LOSS_PREFIX)}
     if not prefixes:
         return dataset
     if not {"labels", "completion"} <= set(dataset.column_names):
         raise ValueError(f"no_loss_prefix needs TRL's labels beside each completion (columns {dataset.column_names})")
 
     def mask(example: dict) -> dict:
-        if (found := prefixes.get(example["completion"][0]["content"])) is None:
+        if (found := prefixes.get(_row_key(example["prompt"], example["completion"][0]["content"]))) is None:
             return {}
         row_id, prefix = found
         ids, labels = example["input_ids"], list(example["labels"])

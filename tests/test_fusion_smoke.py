@@ -227,6 +227,15 @@ def test_budget_zero_is_the_no_think_mode(fusion_model, held_out):
     rendered = fusion_model.tokenizer.apply_chat_template(prompts[0], tokenize=False, add_generation_prompt=True,
                                              enable_thinking=False)
     assert rendered.endswith(EMPTY_THINK)
+    # the evaluation counts budget 0's answers that close a think block anyway (the model thought)
+    from stages.eval_modes import budget_metrics
+    from stages.evaluate import EvalSpec
+
+    spec = EvalSpec(max_new_tokens=24, budgets=[0])
+    closed = [c[0].text for c in fusion_model.complete(prompts, SamplingSpec(
+        max_new_tokens=24, thinking_budget=0, answer_max_new_tokens=spec.answer_max_new_tokens, batch_size=spec.batch_size))]
+    share = budget_metrics(fusion_model, held_out[:16], spec, [0])["eval/budget/0/thought_anyway_share"]
+    assert share == sum("</think>" in t for t in closed) / 16
 
 
 def test_generate_cli_reports_the_budget_as_json(fusion_run):

@@ -107,13 +107,18 @@ def test_a_no_loss_prefix_is_masked_out_of_the_sft_loss(tmp_path, tiny_model):
 
     from data_curation.fusion import NO_LOSS_PREFIX
     from stages import sft
-    from toolkit.core.thinking import STOP_THINKING
+    from toolkit.core.thinking import EMPTY_THINK, STOP_THINKING
     from toolkit.rollouts import load_tokenizer
+    from toolkit.rollouts.sampling import render
 
     prefix = "<think>\nFirst add 2 and" + STOP_THINKING
     ask = [{"role": "user", "content": "What is 2 + 3?"}]
+    direct = EMPTY_THINK + "The answer is \\boxed{5}."
     rows = [{"id": "cut", "prompt": ask, "solution": prefix + "The answer is \\boxed{5}.", NO_LOSS_PREFIX: prefix},
-            {"id": "whole", "prompt": ask, "solution": "<think>\n2 + 3 = 5.\n</think>\n\nThe answer is \\boxed{5}."}]
+            {"id": "whole", "prompt": ask, "solution": "<think>\n2 + 3 = 5.\n</think>\n\nThe answer is \\boxed{5}."},
+            # a hard-switch row and its /no_think twin: the same completion, the block untrained in one only
+            {"id": "switch", "prompt": ask, "solution": direct, NO_LOSS_PREFIX: EMPTY_THINK},
+            {"id": "flagged", "prompt": [{"role": "user", "content": "What is 2 + 3? /no_think"}], "solution": direct}]
     tokenizer = load_tokenizer(str(tiny_model))
     trainer = SFTTrainer(model=str(tiny_model), processing_class=tokenizer,
                          train_dataset=Dataset.from_list(sft.to_prompt_completion(rows)),
@@ -124,15 +129,20 @@ def test_a_no_loss_prefix_is_masked_out_of_the_sft_loss(tmp_path, tiny_model):
     trained = lambda row: tokenizer.decode([t for t in row["labels"] if t != -100])
     assert trained(before[0]).startswith("<think>") and "Considering" in trained(before[0])
     assert "\\boxed{5}" in trained(after[0]) and "Considering" not in trained(after[0]) and "add 2" not in trained(after[0])
-    assert after[1] == before[1]
+    assert after[1] == before[1] and after[3] == before[3]
+    assert trained(after[2]).startswith("The answer is") and trained(before[2]).startswith("<think>")
+    # trained as inference lays out the hard switch: the prompt rendered with enable_thinking=False
+    assert tokenizer.decode(after[2]["input_ids"]).startswith(render(tokenizer, ask, enable_thinking=False))
     prompt_tokens = after[0]["labels"].count(-100) - len(tokenizer(prefix, add_special_tokens=False)["input_ids"])
     short = SFTTrainer(model=str(tiny_model), processing_class=tokenizer,  # cut 3 tokens into the prefix
                        train_dataset=Dataset.from_list(sft.to_prompt_completion(rows)),
                        args=TRLSFTConfig(output_dir=str(tmp_path / "trl"), completion_only_loss=True, report_to=[],
                                          bf16=False, use_cpu=True, max_length=prompt_tokens + 3)).train_dataset
-    assert len(short) == 2 and [r["completion"] for r in sft.without_prefix_loss(short, rows, tokenizer)] == [
-        short[1]["completion"]]  # the cut row has nothing left to train; the other keeps its tokens
-    wrong = [{**rows[0], NO_LOSS_PREFIX: "<think>\nSomething else" + STOP_THINKING}, rows[1]]
+    key = lambda row: (row["prompt"][0]["content"], row["completion"][0]["content"][:12])
+    assert len(short) == 3  # TRL dropped the flagged row: its longer prompt filled max_length
+    # the cut and the switch rows have nothing left to train past their prefixes; the whole row keeps its tokens
+    assert [key(r) for r in sft.without_prefix_loss(short, rows, tokenizer)] == [key(short[1])]
+    wrong = [{**rows[0], NO_LOSS_PREFIX: "<think>\nSomething else" + STOP_THINKING}, *rows[1:]]
     with pytest.raises(ValueError, match="does not start with its no_loss_prefix"):
         sft.without_prefix_loss(before, wrong, tokenizer)
     cfg = sft.SFTConfig(name="wired", model=str(tiny_model), data="synthetic_math", max_steps=1, save_steps=1000)

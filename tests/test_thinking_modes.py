@@ -151,6 +151,38 @@ def test_cut_thought_rows_end_their_thinking_with_the_stop_string_and_train_only
         assert r["solution"][len(prefix):] == response
 
 
+def test_hard_switch_rows_are_unflagged_twins_of_no_think_rows_with_the_empty_block_untrained():
+    """hard_switch_share (ours): each chosen non-thinking row comes back once more, single-turn and
+    with no flag anywhere, its completion the /no_think twin's, the empty think block its no-loss
+    prefix: the layout of `enable_thinking=False` (budget 0), which renders that block into the
+    prompt. Share 0 builds the report's rows; with both shares, the cut rows are as without switches."""
+    from data_curation.fusion import NO_LOSS_PREFIX
+    from toolkit.core.thinking import EMPTY_THINK, flag_of
+
+    thinking = load_rows("synthetic_math", "train", 60, 0, {})
+    plain = load_rows("general_chat", "train", 20, 0, {}) + load_rows("synthetic_math", "train", 40, 1, {})
+    report = build_fusion(thinking, plain, 0.5, 0.2, 0.3, seed=0)[0]
+    assert build_fusion(thinking, plain, 0.5, 0.2, 0.3, seed=0, hard_switch_share=0.0)[0] == report
+    rows, _, comp = build_fusion(thinking, plain, 0.5, 0.2, 0.3, seed=0, hard_switch_share=0.5)
+    switched = [r for r in rows if "#switch" in r["id"]]
+    assert len(switched) == comp["no_think_switch"] and 15 < len(switched) < 45
+    assert comp["no_think"] == 60 + len(switched) and comp["think_unflagged"] == sum(  # switch rows not among them
+        1 for r in rows if r["mode"] == "think" and not any(flag_of(m["content"]) for m in r["prompt"]))
+    assert {(r["id"], r["solution"]) for r in rows if "#switch" not in r["id"]} == {(r["id"], r["solution"]) for r in report}
+    twins, originals = {r["id"]: r for r in report}, {r["id"]: r for r in plain}
+    for r in switched:
+        twin = twins[r["id"].replace("#switch#no_think", "#no_think")]
+        assert r["mode"] == "no_think" and r[NO_LOSS_PREFIX] == EMPTY_THINK
+        assert [m["role"] for m in r["prompt"]] == ["user"] and not flag_of(r["prompt"][0]["content"])
+        assert r["solution"] == twin["solution"] and r["solution"].startswith(EMPTY_THINK)
+        asked = [m for m in originals[r["id"].split("#")[0]]["prompt"] if m["role"] != "system"]
+        assert r["prompt"] == asked  # the question as it was, with no flag added
+    both = build_fusion(thinking, plain, 0.5, 0.2, 0.3, seed=0, cut_thinking_share=0.5, hard_switch_share=0.5)[0]
+    cut = build_fusion(thinking, plain, 0.5, 0.2, 0.3, seed=0, cut_thinking_share=0.5)[0]
+    assert {r["id"]: r[NO_LOSS_PREFIX] for r in both if "#cut" in r["id"]} == {
+        r["id"]: r[NO_LOSS_PREFIX] for r in cut if "#cut" in r["id"]}
+
+
 def test_a_flag_is_recognised_anywhere_in_the_turn_and_the_last_one_wins():
     from toolkit.core.thinking import flag_of, governing_mode
 
