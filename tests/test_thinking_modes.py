@@ -193,3 +193,38 @@ def test_a_flag_is_recognised_anywhere_in_the_turn_and_the_last_one_wins():
     assert flag_of("use /thinking or a/think or /no_thinking") is None  # words of their own only
     assert governing_mode([{"role": "user", "content": "/no_think hi"}, {"role": "assistant", "content": "hello"},
                            {"role": "user", "content": "and now? /think"}]) == "think"
+
+
+def test_distillation_keeps_teacher_traces_that_follow_their_flag_and_checks_answers_in_the_chosen_modes():
+    """Off-policy distillation with `verify`: a trace that breaks its flag is never kept; answers are
+    checked in `verify_modes` only (Qwen3 on demo checks /think's: its teacher's /no_think answers,
+    mostly wrong, left the student 3 /no_think rows of 96 and it never learnt the flag)."""
+    from stages.distill import DistillConfig, keeps_trace
+
+    thought, empty = "<think>\n12 + 11 = 23.\n</think>\n\n\\boxed{23}", f"{EMPTY_THINK}\\boxed{{24}}"
+    base = {"name": "distill", "student": "student", "teacher": "teacher", "data": {"source": "synthetic_math"},
+            "thinking_modes": ["think", "no_think"]}
+    every = DistillConfig(**base)
+    think_only = DistillConfig(**base, verify_modes=["think"])
+    assert keeps_trace(every, "think", thought, 1.0) and not keeps_trace(every, "think", thought, 0.0)
+    assert not keeps_trace(every, "no_think", empty, 0.0) and keeps_trace(think_only, "no_think", empty, 0.0)
+    assert not keeps_trace(think_only, "think", thought, 0.0)
+    # the layout is checked in every mode: a thought under /no_think, an empty block under /think,
+    # the empty block followed by a second one
+    for cfg in (every, think_only):
+        assert not keeps_trace(cfg, "no_think", thought, 1.0) and not keeps_trace(cfg, "think", empty, 1.0)
+        assert not keeps_trace(cfg, "no_think", f"{EMPTY_THINK}23.\n</think>\n\n\\boxed{{23}}", 1.0)
+    # unflagged prompts have no layout to follow; without verify everything is kept
+    assert keeps_trace(DistillConfig(**{**base, "thinking_modes": ["default"]}), "default", "\\boxed{23}", 1.0)
+    assert keeps_trace(DistillConfig(**base, verify=False), "no_think", thought, 0.0)
+    # unchecked modes only beside a kept checked trace of the same prompt: q2's /think answer is
+    # wrong, so its /no_think trace goes too; with every mode checked there is nothing to pair
+    from stages.distill import select_traces
+    traces = [("q1", "think", thought, True, 1.0), ("q1", "no_think", empty, True, 0.0),
+              ("q2", "think", thought, True, 0.0), ("q2", "no_think", empty, True, 0.0),
+              ("q3", "think", thought, False, 1.0), ("q3", "no_think", empty, True, 0.0)]
+    assert select_traces(think_only, traces) == [0, 1]
+    assert select_traces(every, traces) == [0]
+    assert select_traces(DistillConfig(**base, verify_modes=[]), traces) == [0, 1, 2, 3, 5]  # layouts only
+    with pytest.raises(ValueError, match="verify_modes"):
+        DistillConfig(**{**base, "thinking_modes": ["think"]}, verify_modes=["no_think"])
