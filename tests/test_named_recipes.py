@@ -89,12 +89,15 @@ def test_qwen3_fuses_thinking_modes_rewards_flags_and_distils_both_modes(qwen3):
     mixture = json.loads((_out(stages["general_rl"]) / "mixture.json").read_text())
     assert [p["part"] for p in mixture] == ["fusion_data.dataset", "ifeval_synthetic"]
     assert _history(stages["general_rl"], "rewards/thinking_flag/mean")
-    # Strong-to-weak: off-policy traces in both modes (2 per prompt), then on-policy from that student.
+    # Strong-to-weak: off-policy traces in both modes (2 per prompt), counted per mode, then on-policy
+    # from that student.
     off = stages["distill_off"]["metrics"]
     assert off["distill/teacher_traces"] == 2 * 24
+    assert off["distill/traces_kept/think"] + off["distill/traces_kept/no_think"] == off["distill/traces_kept"]
     plan = json.loads((_out(stages["distill_on"]) / "stage_config.json").read_text())
     assert plan["inputs"]["student"].startswith(stages["distill_off"]["output_dir"])
-    assert plan["config"]["thinking_modes"] == ["think", "no_think"]
+    # on-policy: unflagged prompts beside both flags, forward KL (the recipe's departures)
+    assert plan["config"]["thinking_modes"] == ["think", "no_think", "default"] and plan["config"]["beta"] == 0.0
     # The pipeline's parent run compares the stages: headline bars and accuracy against budget.
     client = mlflow.MlflowClient(tracking_uri())
     artifacts = {a.path for a in client.list_artifacts(qwen3["mlflow_run_id"])}
