@@ -127,7 +127,12 @@ def test_budget_inserts_the_stop_string_once_and_only_when_hit(fusion_model, hel
     answered = [c for c in hit if c.text.split(stop_body, 1)[1].strip()]
     assert len(answered) >= 0.9 * len(hit), [c.text for c in hit[:3]]  # the answer follows the inserted string
     roomy = _greedy(fusion_model, prompts, thinking_budget=90, answer_max_new_tokens=96)
-    assert not any(c.budget_hit or STOP_SENTENCE in c.text for c in roomy)
+    # greedy, so a budget run thinks as the free run did: a thought the free run closed (within its 96
+    # tokens, far from 90 at this size) is never cut, and one still open after 96 tokens (a tiny model
+    # looping, as one did on an AMX machine) is cut at 90 like any other
+    for f, r in zip(free, roomy):
+        thought_closed = "</think>" in f.text
+        assert r.budget_hit != thought_closed and (STOP_SENTENCE in r.text) != thought_closed, (f.text, r.text)
     closed = [(f.text, r.text) for f, r in zip(free, roomy) if "</think>" in f.text]
     same = sum(a == b for a, b in closed)
     assert closed and same >= 0.9 * len(closed)  # a budget never reached changes nothing
