@@ -44,16 +44,14 @@ def main() -> None:
         by_level[str(r.get("difficulty"))].append(i)
     by_level = {**dict(sorted(by_level.items())), "all": list(range(len(rows)))}
     for mode in ("think", "no_think", "default"):
-        prompts = [r["prompt"] if mode == "default" else flag_messages(r["prompt"], mode) for r in rows]
-        texts = [c[0] for c in engine.texts(prompts,
+        texts = [c[0] for c in engine.texts([flag_messages(r["prompt"], mode) for r in rows],
                                              SamplingSpec(max_new_tokens=args.max_new_tokens, batch_size=32))]
         scores = score_rows(rows, texts, after_think=True)
-        layout = "think" if mode == "default" else mode
         for level, idx in by_level.items():
-            c = rate_interval([float(complies(texts[i], layout)) for i in idx])
+            c = rate_interval([float(complies(texts[i], mode)) for i in idx])
             acc = sum(scores[i] or 0 for i in idx) / len(idx)
             print(f"{mode:9s} {level:>5s} {len(idx):4d}  {c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]{'':6s} {acc:.3f}")
-        failing = [texts[i] for i in range(len(rows)) if not complies(texts[i], layout)][:2]
+        failing = [texts[i] for i in range(len(rows)) if not complies(texts[i], mode)][:2]
         for t in failing:
             print(f"  not complying ({mode}): {t[:160]!r}")
 

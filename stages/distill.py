@@ -98,7 +98,7 @@ def check_same_tokenizer(student: str, teacher: str, student_dir: str, teacher_d
 
 def mode_prompts(rows: list[dict], modes: list[str]) -> list[tuple[dict, str, list[dict]]]:
     """(row, mode, prompt) for each mode and row: the prompt flagged, or as it is for `default`."""
-    return [(r, m, r["prompt"] if m == "default" else flag_messages(r["prompt"], m)) for m in modes for r in rows]
+    return [(r, m, flag_messages(r["prompt"], m)) for m in modes for r in rows]
 
 
 def checked_modes(cfg: DistillConfig) -> list[str]:

@@ -165,6 +165,12 @@ NO_THINK = [{"role": "user", "content": "What is 3 + 4? /no_think"}]
 TEXT_ATTACKS = {
     "no_think_then_a_second_think_block": (
         "thinking_flag", {}, "<think>\n\n</think>\n\n<think>3 plus 4 is 7</think> 7", "<think>3 plus 4</think> 7", NO_THINK),
+    # qwen3's eleventh demo run: the empty block, the working, a lone second `</think>`, the answer
+    "no_think_then_working_and_a_lone_close": (
+        "thinking_flag", {}, "<think>\n\n</think>\n\n3 + 4 = 7.\n\n</think>\n\n7", "<think>3 plus 4</think> 7", NO_THINK),
+    "after_think_reads_past_a_lone_close": (
+        "accuracy_math", {"after_think": True}, "<think>\n\n</think>\n\n3 + 4 = 7.\n\n</think>\n\n\\boxed{7}",
+        "<think>so</think> \\boxed{8}", "7"),
     "after_think_reads_a_second_block": (
         "accuracy_math", {"after_think": True}, "<think>\n\n</think>\n\n<think>so</think> \\boxed{7}",
         "<think>so</think> \\boxed{8}", "7"),

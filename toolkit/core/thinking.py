@@ -72,10 +72,12 @@ def with_flag(text: str, mode: Mode) -> str:
     return f"{text.rstrip()} {NO_THINK_FLAG if mode == 'no_think' else THINK_FLAG}"
 
 
-def flag_messages(messages: list[dict], mode: Mode) -> list[dict]:
-    """A copy of chat messages with the mode's flag appended to the last user turn."""
+def flag_messages(messages: list[dict], mode: Mode | Literal["default"]) -> list[dict]:
+    """A copy of chat messages with the mode's flag appended to the last user turn; `default` adds
+    none (the model's default mode, thinking)."""
     out = [dict(m) for m in messages]
-    out[-1]["content"] = with_flag(out[-1]["content"], mode)
+    if mode != "default":
+        out[-1]["content"] = with_flag(out[-1]["content"], mode)
     return out
 
 
@@ -83,7 +85,8 @@ def complies(text: str, mode: str) -> bool:
     """Whether a completion follows its mode: the empty think block for no_think; for think, an
     opened block with some thinking in it (closed or not: a long thought cut by the token limit
     still obeyed the flag). Either way ONE block: a second `<think>` or `</think>` (an empty block
-    followed by the reasoning in another) does not comply."""
+    followed by the reasoning in another) does not comply. Any other mode (`default`, unflagged) is
+    judged as think, the default."""
     if text.count("<think>") != 1 or text.count("</think>") > 1:
         return False
     if mode == "no_think":
