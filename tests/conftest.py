@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,21 @@ def paused(stage_dir: Path):
         yield
     finally:
         os.killpg(worker, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def paused_once_training(stages_dir: Path, stage: str, timeout_s: float, run: subprocess.Popen, log: Path):
+    """Wait for `stage`'s worker under `stages_dir` to log its first step, pause it at once and yield its
+    .partial directory. Polls every 50 ms and pauses before anything else: on a fast CI machine a tiny
+    stage's 100 steps took about a second, and a test that first looked for a server to kill found the
+    worker already gone."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := next(stages_dir.glob(f"{stage}-*.partial/progress.json"), None)):
+        assert run.poll() is None, f"the run exited before {stage} trained; log:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"{stage} took no step in {timeout_s} s; log:\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+    with paused(found.parent):
+        yield found.parent
 
 
 TINY_MODELS = ("tiny-qwen3", "tiny-qwen3-student")  # what the tiny profile's recipes load

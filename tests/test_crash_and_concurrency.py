@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import POSTTRAIN, REPO, cli_env, paused, run_cli
+from tests.conftest import POSTTRAIN, REPO, cli_env, paused_once_training, run_cli
 
 pytestmark = pytest.mark.slow
 QUICK = ["--set", "stages.cold_start.max_steps=3", "--set", "stages.polish.max_steps=3", "--set", "eval=null"]
@@ -226,15 +226,14 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
         log = tmp_path / "run.log"
         with open(log, "w") as out:
             run = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        progress = _wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial/progress.json"), None)
-                             if (home / "stages" / "smoke").exists() else None, 240, "the stage's first steps")
-        with paused(progress.parent):  # the server dies while the stage has most of its steps to go
+        # the server dies while the stage has most of its steps to go
+        with paused_once_training(home / "stages" / "smoke", "cold_start", 240, run, log) as partial:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         assert run.wait(timeout=600) == 1
         out = log.read_text()
         assert f"the MLflow tracking server at {uri} does not answer" in out, out[-3000:]
-        published = progress.parent.with_suffix("")
+        published = partial.with_suffix("")
         assert json.loads((published / "result.json").read_text())["metrics"]["train/global_step"] == 100
         spooled = [json.loads(line)["step"] for line in (published / mlflow_runs.SPOOL).read_text().splitlines()]
         first = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)

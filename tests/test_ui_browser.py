@@ -22,7 +22,7 @@ import pytest
 from pipeline.launch.prefect_api import healthy
 from pipeline.launch.processes import free_port
 from pipeline.store.home import tracking_uri
-from tests.conftest import POSTTRAIN, REPO, cli_env, parent_pid, paused
+from tests.conftest import POSTTRAIN, REPO, cli_env, parent_pid, paused_once_training
 
 pytestmark = pytest.mark.slow
 
@@ -323,14 +323,12 @@ def test_a_prefect_server_that_goes_away_mid_stage_loses_no_work_and_serve_exits
     def record() -> dict | None:
         new = [p for p in (home / "runs").glob("*.json") if p not in before]
         return json.loads(new[0].read_text()) if new else None
-    def progress() -> Path | None:  # the stage's worker has taken its first steps (a key no other test uses)
-        return next((home / "stages" / "smoke").glob("cold_start-*.partial/progress.json"), None)
-    _wait("the run's first training steps", progress, 240, run, log)
-    partial = progress().parent
-    published = partial.with_suffix("")
-    (server,) = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and parent_pid(p) == ui.pid
-                 and b"prefect" in (p / "cmdline").read_bytes()]
-    with paused(partial):  # all this happens while the stage has steps to go
+
+    with paused_once_training(home / "stages" / "smoke", "cold_start", 240, run, log) as partial:
+        # all this happens while the stage has steps to go
+        published = partial.with_suffix("")
+        (server,) = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and parent_pid(p) == ui.pid
+                     and b"prefect" in (p / "cmdline").read_bytes()]
         os.killpg(server, signal.SIGKILL)
         time.sleep(2)
         started = time.monotonic()
