@@ -47,7 +47,7 @@ def _wait_for(predicate, timeout: float, what: str):
     while time.time() < deadline:
         if value := predicate():
             return value
-        time.sleep(0.3)
+        time.sleep(0.05)  # a fast machine runs a tiny stage's steps in tens of ms: act soon after
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 

@@ -72,7 +72,7 @@ def _wait_for(predicate, timeout: float, what: str):
         value = predicate()
         if value:
             return value
-        time.sleep(0.5)
+        time.sleep(0.05)  # a fast machine runs a tiny stage's steps in tens of ms: act soon after
     raise AssertionError(f"timed out waiting for {what}")
 
 
