@@ -15,6 +15,10 @@
   answering from a cut thought "emerges naturally" from fusion; at 135M parameters it did not (qwen3
   demo: budget 16 below budget 0, the model thinking on after the string). The cut thought and the
   string are the row's `no_loss_prefix`: the budget inserts the string, the model must not learn to.
+  With `cut_answer="working"` (also ours) the answer first writes out the equations the cut thought had
+  not finished, from the line the cut fell in: with the response alone after a cut mid-sum, SmolLM2
+  guessed the answer or thought on, garbled, and closed a second block (budget 16 below budget 0 in
+  every qwen3 demo run); Qwen3's own answers after thinking restate the solution's steps.
 - Ours too (`hard_switch_share`, 0 = the report's data): that share of the non-thinking rows is added
   once more WITHOUT a flag, the empty think block as its `no_loss_prefix`: the layout of the chat
   template's hard switch (`enable_thinking=False` renders the empty block into the prompt), which a
@@ -30,6 +34,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from typing import Literal
 
 from toolkit.core.text import split_thinking
 from toolkit.core.thinking import (
@@ -48,13 +53,26 @@ SYSTEM_PROMPT = "You are a helpful assistant."
 NO_LOSS_PREFIX = "no_loss_prefix"  # a row's completion opening that SFT trains without loss
 
 
-def cut_thought(thinking: str, response: str, rng: random.Random, stop_thinking: str = STOP_THINKING) -> tuple[str, str]:
+CutAnswer = Literal["response", "working"]
+
+
+def working_left(thinking: str, cut_at: int) -> str:
+    """The thought's equation lines (those holding `=`) from the line the cut at `cut_at` fell in to the
+    end: the computation a thought cut there had not finished, written out once more."""
+    line_start = thinking.rfind("\n", 0, cut_at) + 1
+    return "\n".join(line.strip() for line in thinking[line_start:].splitlines() if "=" in line)
+
+
+def cut_thought(thinking: str, response: str, rng: random.Random, stop_thinking: str = STOP_THINKING,
+                answer: CutAnswer = "response") -> tuple[str, str]:
     """(completion, its no-loss prefix): the thinking cut after a random word (at least one, never
-    all) and closed by the stop-thinking string, as a budget leaves it, then the response."""
+    all) and closed by the stop-thinking string, as a budget leaves it, then the response; with
+    `answer="working"`, the response preceded by `working_left` (none left: the response alone)."""
     words = list(re.finditer(r"\S+", thinking))
-    cut = thinking[:words[rng.randrange(1, len(words)) - 1].end()]
-    prefix = f"<think>\n{cut}{stop_thinking}"
-    return prefix + response, prefix
+    cut_at = words[rng.randrange(1, len(words)) - 1].end()
+    prefix = f"<think>\n{thinking[:cut_at]}{stop_thinking}"
+    working = working_left(thinking, cut_at) if answer == "working" else ""
+    return prefix + (f"{working}\n\n" if working else "") + response, prefix
 
 
 def _single_turn(row: dict, flag: Mode | None, in_system: bool) -> list[dict]:
@@ -70,7 +88,7 @@ def _single_turn(row: dict, flag: Mode | None, in_system: bool) -> list[dict]:
 def build_fusion(thinking_rows: list[dict], plain_rows: list[dict], think_flag_share: float = 0.5,
                  system_flag_share: float = 0.1, multi_turn_share: float = 0.2, seed: int = 0,
                  cut_thinking_share: float = 0.0, stop_thinking: str = STOP_THINKING,
-                 hard_switch_share: float = 0.0) -> tuple[list[dict], list[dict], dict]:
+                 hard_switch_share: float = 0.0, cut_answer: CutAnswer = "response") -> tuple[list[dict], list[dict], dict]:
     """(fusion rows, removed rows, composition). Thinking rows whose solution has no non-empty
     think block are removed (`no_thinking`); plain rows need a non-empty response (`no_response`)."""
     # the added rows draw from their own generators: with none added, the report's rows as before
@@ -85,7 +103,7 @@ def build_fusion(thinking_rows: list[dict], plain_rows: list[dict], think_flag_s
             continue
         think_items.append((row, "think", thinking_response(thinking, response)))
         if cut_thinking_share and len(thinking.split()) > 1 and cut_rng.random() < cut_thinking_share:
-            completion, no_loss[f"{row['id']}#cut"] = cut_thought(thinking, response, cut_rng, stop_thinking)
+            completion, no_loss[f"{row['id']}#cut"] = cut_thought(thinking, response, cut_rng, stop_thinking, cut_answer)
             cuts.add(f"{row['id']}#cut")
             think_items.append(({**row, "id": f"{row['id']}#cut"}, "think", completion))
     for row in plain_rows:

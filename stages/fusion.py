@@ -11,7 +11,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from data_curation.fusion import build_fusion
+from data_curation.fusion import CutAnswer, build_fusion
 from data_curation.report import report_metrics, write_outputs
 from stages.common import DataSpec, StageBase
 from stages.contracts import StageOutput
@@ -35,6 +35,9 @@ class ThinkingFusionConfig(StageBase):
     cut_thinking_share: float = Field(0.0, ge=0, le=1, description="Ours, a departure (0 = the report): thinking "
                                       "rows added again with the thinking cut and closed by `stop_thinking`, as a "
                                       "budget does; the cut part trains without loss (data_curation/fusion.py)")
+    cut_answer: CutAnswer = Field("response", description="Ours: what follows a cut row's stop-thinking "
+                                  "string: the row's `response`, or the thought's unfinished equations and then "
+                                  "the response (`working`; data_curation/fusion.py, `working_left`)")
     hard_switch_share: float = Field(0.0, ge=0, le=1, description="Ours, a departure (0 = the report): "
                                      "non-thinking rows added again without a flag, the empty think block (what "
                                      "`enable_thinking=False` renders, a budget of 0) trained without loss")
@@ -60,7 +63,7 @@ def run(cfg: ThinkingFusionConfig, ctx) -> StageOutput:
     plain = [r for path, rows in loaded.items() if path.startswith("non_thinking.") for r in rows]
     rows, removed, composition = build_fusion(thinking, plain, cfg.think_flag_share, cfg.system_flag_share,
                                               cfg.multi_turn_share, cfg.seed, cfg.cut_thinking_share, cfg.stop_thinking,
-                                              cfg.hard_switch_share)
+                                              cfg.hard_switch_share, cfg.cut_answer)
     report = write_outputs(ctx.output_dir, cfg.kind, rows, removed, composition)
     examples = {mode: [r for r in rows if r["mode"] == mode][:4] for mode in ("think", "no_think")}
     table = {"mode": [], "prompt": [], "solution": []}

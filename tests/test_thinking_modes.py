@@ -149,6 +149,26 @@ def test_cut_thought_rows_end_their_thinking_with_the_stop_string_and_train_only
         assert thought and whole.startswith(thought) and len(thought) < len(whole)
         assert whole[len(thought)].isspace()  # cut between words
         assert r["solution"][len(prefix):] == response
+    worked = build_fusion(thinking, plain, 0.5, 0.2, 0.3, seed=0, cut_thinking_share=0.5, cut_answer="working")[0]
+    assert [r["solution"] for r in worked if NO_LOSS_PREFIX not in r] == [r["solution"] for r in rows
+                                                                          if NO_LOSS_PREFIX not in r]
+    assert [r[NO_LOSS_PREFIX] for r in worked if NO_LOSS_PREFIX in r] == [r[NO_LOSS_PREFIX] for r in cut]
+    for r, plain_cut in zip([r for r in worked if NO_LOSS_PREFIX in r], cut, strict=True):
+        answer, response = r["solution"][len(r[NO_LOSS_PREFIX]):], plain_cut["solution"][len(plain_cut[NO_LOSS_PREFIX]):]
+        working, _, rest = answer.rpartition("\n\n")
+        assert rest == response and working and all("=" in line for line in working.splitlines())
+        whole = split_thinking(full[r["id"].replace("#cut#think", "#think")]["solution"])[0]
+        assert whole.rstrip().endswith(working.splitlines()[-1])  # the thought's last equation, restated
+
+
+def test_a_cut_answer_writes_out_the_equations_from_the_line_the_cut_fell_in():
+    from data_curation.fusion import working_left
+
+    thought = "Multiplication comes first.\nFirst, 2 * 11 = 22.\nThen 26 + 22 = 48."
+    assert working_left(thought, thought.index("comes") + 5) == "First, 2 * 11 = 22.\nThen 26 + 22 = 48."
+    assert working_left(thought, thought.index("11 =") + 2) == "First, 2 * 11 = 22.\nThen 26 + 22 = 48."
+    assert working_left(thought, thought.index("Then") + 4) == "Then 26 + 22 = 48."
+    assert working_left("A plan.\nCheck: 14 words.", 7) == ""  # no equation left: the response alone
 
 
 def test_hard_switch_rows_are_unflagged_twins_of_no_think_rows_with_the_empty_block_untrained():
