@@ -183,13 +183,21 @@ def paused(stage_dir: Path):
 
 
 @contextlib.contextmanager
-def paused_once_training(stages_dir: Path, stage: str, timeout_s: float, run: subprocess.Popen, log: Path):
-    """Wait for `stage`'s worker under `stages_dir` to log its first step, pause it at once and yield its
-    .partial directory. Polls every 50 ms and pauses before anything else: on a fast CI machine a tiny
-    stage's 100 steps took about a second, and a test that first looked for a server to kill found the
-    worker already gone."""
+def paused_once_training(stages_dir: Path, stage: str, started: float, run: subprocess.Popen, log: Path,
+                         timeout_s: float = 240):
+    """Wait for `stage`'s worker under `stages_dir` to log a step after `started` (a time.time() taken
+    before the run began: an earlier test's killed run leaves its .partial and progress.json in a shared
+    home), pause it at once and yield its .partial directory. Polls every 50 ms and pauses before
+    anything else: on a fast CI machine a tiny stage's 100 steps took about a second."""
     deadline = time.monotonic() + timeout_s
-    while not (found := next(stages_dir.glob(f"{stage}-*.partial/progress.json"), None)):
+
+    def fresh() -> Path | None:
+        with contextlib.suppress(FileNotFoundError):  # a progress.json being replaced
+            return next((p for p in stages_dir.glob(f"{stage}-*.partial/progress.json") if p.stat().st_mtime >= started),
+                        None)
+        return None
+
+    while not (found := fresh()):
         assert run.poll() is None, f"the run exited before {stage} trained; log:\n{log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, f"{stage} took no step in {timeout_s} s; log:\n{log.read_text()[-3000:]}"
         time.sleep(0.05)

@@ -224,10 +224,11 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
     try:
         _wait_for(lambda: healthy(uri), 120, "the tracking server")
         log = tmp_path / "run.log"
+        launched = time.time()
         with open(log, "w") as out:
             run = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
         # the server dies while the stage has most of its steps to go
-        with paused_once_training(home / "stages" / "smoke", "cold_start", 240, run, log) as partial:
+        with paused_once_training(home / "stages" / "smoke", "cold_start", launched, run, log) as partial:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         assert run.wait(timeout=600) == 1

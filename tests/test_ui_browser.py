@@ -316,6 +316,7 @@ def test_a_prefect_server_that_goes_away_mid_stage_loses_no_work_and_serve_exits
     env.pop("PREFECT_API_URL", None)
     before = set((home / "runs").glob("*.json"))
     log = tmp_path / "run.log"
+    launched = time.time()
     run = subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=100",
                             "--set", "stages.cold_start.save_steps=1000", "--set", "eval=null"],
                            cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
@@ -324,7 +325,7 @@ def test_a_prefect_server_that_goes_away_mid_stage_loses_no_work_and_serve_exits
         new = [p for p in (home / "runs").glob("*.json") if p not in before]
         return json.loads(new[0].read_text()) if new else None
 
-    with paused_once_training(home / "stages" / "smoke", "cold_start", 240, run, log) as partial:
+    with paused_once_training(home / "stages" / "smoke", "cold_start", launched, run, log) as partial:
         # all this happens while the stage has steps to go
         published = partial.with_suffix("")
         (server,) = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and parent_pid(p) == ui.pid
