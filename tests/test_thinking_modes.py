@@ -124,7 +124,9 @@ def test_fusion_rows_follow_the_layouts_and_the_last_flag_rule():
 def test_cut_thought_rows_end_their_thinking_with_the_stop_string_and_train_only_the_answer():
     """cut_thinking_share (ours): each chosen thinking row comes back once more with its thinking cut
     after a word and closed by the stop-thinking string, as a budget leaves it, then the same response;
-    the cut part is the row's no-loss prefix. Share 0 builds the report's rows, none of them cut."""
+    the cut part is the row's no-loss prefix. Share 0 builds the report's rows, none of them cut. With
+    cut_answer="working" the same rows and cuts, each cut row's answer the thought's equations left, then
+    the response."""
     from data_curation.fusion import NO_LOSS_PREFIX
     from toolkit.core.text import split_thinking
     from toolkit.core.thinking import STOP_THINKING
