@@ -182,6 +182,17 @@ def paused(stage_dir: Path):
         os.killpg(worker, signal.SIGCONT)
 
 
+def wait_for(predicate, timeout: float, what: str):
+    """`predicate()`'s first truthy value, polled every 50 ms: a fast machine runs a tiny stage's steps in
+    tens of ms, so a test that acts on a stage's state must act soon after it appears."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
 @contextlib.contextmanager
 def paused_once_training(stages_dir: Path, stage: str, started: float, run: subprocess.Popen, log: Path,
                          timeout_s: float = 240):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import POSTTRAIN, REPO, cli_env, paused_once_training, run_cli
+from tests.conftest import POSTTRAIN, REPO, cli_env, paused_once_training, run_cli, wait_for
 
 pytestmark = pytest.mark.slow
 QUICK = ["--set", "stages.cold_start.max_steps=3", "--set", "stages.polish.max_steps=3", "--set", "eval=null"]
@@ -42,15 +42,6 @@ def _members(pgid: int) -> list[int]:
     return out
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)  # a fast machine runs a tiny stage's steps in tens of ms: act soon after
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def test_sigkill_of_the_run_leaves_no_process_and_the_rerun_resumes(tmp_path, tiny_model):
     home = tmp_path / "home"
     args = ["run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=40",
@@ -59,15 +50,15 @@ def test_sigkill_of_the_run_leaves_no_process_and_the_rerun_resumes(tmp_path, ti
     with open(log, "w") as out:
         proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=cli_env(home), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    stage = _wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial"), None)
+    stage = wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial"), None)
                       if (home / "stages" / "smoke").exists() else None, 240, "the stage to start")
-    _wait_for(lambda: sorted((stage / "checkpoints").glob("checkpoint-*/trainer_state.json")), 300, "a checkpoint")
+    wait_for(lambda: sorted((stage / "checkpoints").glob("checkpoint-*/trainer_state.json")), 300, "a checkpoint")
     worker = int((stage / "worker.pid").read_text())
     server = int(re.search(r"temporary Prefect API \S+ \(pid (\d+)", log.read_text()).group(1))
     assert _alive(worker) and _alive(server)
     proc.send_signal(signal.SIGKILL)  # the run's process alone, as the OOM killer would
     proc.wait()
-    _wait_for(lambda: not (_members(proc.pid) or _members(worker) or _alive(worker) or _alive(server)), 30,
+    wait_for(lambda: not (_members(proc.pid) or _members(worker) or _alive(worker) or _alive(server)), 30,
               "every process of the run to end")
 
     dead = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
@@ -102,14 +93,14 @@ def test_ctrl_c_stops_the_run_in_seconds_records_it_interrupted_and_the_rerun_re
     with open(tmp_path / "run.log", "w") as out:
         proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=cli_env(home), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    stage = _wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial"), None)
+    stage = wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial"), None)
                       if (home / "stages" / "smoke").exists() else None, 240, "the stage to start")
-    _wait_for(lambda: sorted((stage / "checkpoints").glob("checkpoint-*/checksums.json")), 300, "a checkpoint")
+    wait_for(lambda: sorted((stage / "checkpoints").glob("checkpoint-*/checksums.json")), 300, "a checkpoint")
     worker = int((stage / "worker.pid").read_text())
     started = time.time()
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=30) == 130 and time.time() - started < 10, (tmp_path / "run.log").read_text()[-3000:]
-    _wait_for(lambda: not _alive(worker), 10, "the worker to stop")
+    wait_for(lambda: not _alive(worker), 10, "the worker to stop")
     record = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
     assert record["status"] == "interrupted" and record["stages"][0]["status"] == "interrupted"
     rerun = run_cli(*args, env_home=home, timeout=600)
@@ -222,7 +213,7 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
             "--set", "stages.cold_start.save_steps=1000", "--set", "eval=null"]
     server = _mlflow_server(tmp_path, port)
     try:
-        _wait_for(lambda: healthy(uri), 120, "the tracking server")
+        wait_for(lambda: healthy(uri), 120, "the tracking server")
         log = tmp_path / "run.log"
         launched = time.time()
         with open(log, "w") as out:
@@ -241,7 +232,7 @@ def test_a_tracking_server_killed_mid_stage_costs_no_training_and_its_runs_are_c
         assert first["status"] == "failed" and spooled
 
         server = _mlflow_server(tmp_path, port)
-        _wait_for(lambda: healthy(uri), 120, "the tracking server, back")
+        wait_for(lambda: healthy(uri), 120, "the tracking server, back")
         rerun = subprocess.run([POSTTRAIN, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
         second = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)

@@ -5,14 +5,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from pipeline.launch.workers import StageFailed, run_worker
 from stages.launch import LaunchSpec
-from tests.conftest import POSTTRAIN, REPO, cli_env, run_cli
+from tests.conftest import POSTTRAIN, REPO, cli_env, run_cli, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -66,16 +65,6 @@ def test_failed_worker_reports_its_log_tail(tmp_path):
     assert "Error" in str(e.value)  # the worker's own exception text reaches the user
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)  # a fast machine runs a tiny stage's steps in tens of ms: act soon after
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -93,14 +82,14 @@ def test_sigterm_to_the_flow_kills_the_stage_worker(tmp_path, tiny_model):
     home = tmp_path / "home"
     proc = subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=5000"],
                             cwd=REPO, env=cli_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pid_file = _wait_for(lambda: (d := _stage_dir(home, "cold_start")) and (d / "worker.pid").exists() and d / "worker.pid",
+    pid_file = wait_for(lambda: (d := _stage_dir(home, "cold_start")) and (d / "worker.pid").exists() and d / "worker.pid",
                          240, "the worker to start")
     worker = int(pid_file.read_text())
     assert _alive(worker)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     assert proc.returncode != 0
-    _wait_for(lambda: not _alive(worker), 20, "the worker to die")
+    wait_for(lambda: not _alive(worker), 20, "the worker to die")
 
 
 def test_killed_stage_resumes_from_its_checkpoint_and_earlier_stages_are_cached(tmp_path, tiny_model):
@@ -110,7 +99,7 @@ def test_killed_stage_resumes_from_its_checkpoint_and_earlier_stages_are_cached(
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # a complete checkpoint: HF writes trainer_state.json last (a kill mid-save leaves one that is removed)
     complete = "checkpoint-*/trainer_state.json"
-    ckpt = _wait_for(lambda: (d := _stage_dir(home, "polish")) and sorted((d / "checkpoints").glob(complete)),
+    ckpt = wait_for(lambda: (d := _stage_dir(home, "polish")) and sorted((d / "checkpoints").glob(complete)),
                      300, "polish's first complete checkpoint")
     partial = _stage_dir(home, "polish")
     worker = int((partial / "worker.pid").read_text())
@@ -225,12 +214,12 @@ def test_stopping_a_warm_worker_stops_its_whole_group(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO / "tests")
     report = tmp_path / "report.json"
     proc = warm.launch([str(report), "sleep"], tmp_path / "worker.log", dict(os.environ), module="warm_target")
-    _wait_for(lambda: report.exists() and _group(proc.pid) >= 2, 300, "the worker and its sleep")
+    wait_for(lambda: report.exists() and _group(proc.pid) >= 2, 300, "the worker and its sleep")
     with pytest.raises(subprocess.TimeoutExpired):
         proc.wait(timeout=0.1)
     kill_group(proc, grace_s=5)
     assert proc.returncode == -signal.SIGTERM
-    _wait_for(lambda: _group(proc.pid) == 0, 10, "the group to end")
+    wait_for(lambda: _group(proc.pid) == 0, 10, "the group to end")
 
 
 def test_forked_deepspeed_ranks_get_the_launchers_variables_and_fail_together(tmp_path, monkeypatch):
@@ -255,7 +244,7 @@ def test_forked_deepspeed_ranks_get_the_launchers_variables_and_fail_together(tm
     failing = warm.launch([str(report), "rank_1_fails"], log, env, module="warm_target", ranks=2)
     assert failing.wait(timeout=120) == 5
     assert "rank 1 (pid" in log.read_text() and "exited with code 5; stopping the other ranks" in log.read_text()
-    _wait_for(lambda: _group(failing.pid) == 0, 10, "rank 0 to be stopped")
+    wait_for(lambda: _group(failing.pid) == 0, 10, "rank 0 to be stopped")
 
     env.pop("MASTER_PORT")
     with pytest.raises(ValueError, match="MASTER_ADDR and MASTER_PORT"):
