@@ -253,6 +253,9 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
     trainer = PosttrainGRPOTrainer(model=model_dir, args=trl_config(cfg, ctx), train_dataset=dataset,
                                    reward_funcs=rewards, processing_class=tokenizer, rollout_func=rollout_func,
                                    peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks], rl=rl)
+    args = trainer.args  # the prompts the stage draws: one batch of per_device x accumulation per num_iterations steps
+    sampler.pace(args.max_steps * args.per_device_train_batch_size * args.gradient_accumulation_steps
+                 * args.world_size // (args.num_generations * args.num_iterations))
     resume = last_checkpoint(ctx)
     if resume and (Path(resume) / SAMPLER_STATE).exists():
         sampler.load_state_dict(json.loads((Path(resume) / SAMPLER_STATE).read_text()))
@@ -263,6 +266,7 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
             rollout_func.close()
     save_model(trainer, tokenizer, ctx)
     metrics = {**train_metrics(trainer, resume), "train/prompts": float(len(rows)),
+               "train/prompts_drawn": float(sampler.drawn), "train/prompts_planned": float(sampler.stage_prompts),
                **curve_metrics(trainer.state.log_history), **reward_counter_metrics(rewards, "train/")}
     mix_metrics, artifacts = record_mixture(composition, ctx)
     metrics.update(mix_metrics)

@@ -22,6 +22,10 @@ class PromptSampler:
     - random: shuffled passes over the data, without replacement within a pass.
     - curriculum: passes ordered easy to hard by `difficulty` (a number per prompt: a difficulty
       label, or 1 - pass rate when measured); ties are shuffled. Each pass restarts from the easy end.
+      When the stage will draw fewer prompts than there are (`stage_prompts`, set by `pace`), the
+      first pass is one prompt from each of that many equal slices of the easy-to-hard order, so
+      the stage still ends on the hard prompts; without this, a stage of 12 steps over 100 prompts
+      trained on the easiest 48 only (RESULTS.md, "kimi_k15's curriculum").
     - prioritized: P(i) proportional to 1 - s_i, where s_i is the running success rate of prompt i
       over its rollouts so far (unseen prompts count as 0, so they come first). If every prompt is
       solved, it falls back to uniform. Drawn without replacement within a batch.
@@ -38,6 +42,8 @@ class PromptSampler:
         self.order: list[int] = []
         self.pos = 0
         self.passes = 0
+        self.stage_prompts: int | None = None
+        self.drawn = 0  # prompts handed out so far, to check `pace`'s count against the trainer's draws
         self.attempts = np.zeros(n)
         self.successes = np.zeros(n)
 
@@ -45,10 +51,20 @@ class PromptSampler:
         perm = self.rng.permutation(self.n)
         if self.kind == "curriculum":  # stable sort of a shuffle = by difficulty, ties at random
             perm = perm[np.argsort(np.asarray(self.difficulty)[perm], kind="stable")]
+            if self.passes == 0 and self.stage_prompts is not None and self.stage_prompts < self.n:
+                perm = np.asarray([self.rng.choice(part) for part in np.array_split(perm, self.stage_prompts)])
         self.order, self.pos = perm.tolist(), 0
         self.passes += 1
 
+    def pace(self, stage_prompts: int) -> None:
+        """How many prompts the stage will draw in all (its steps x prompts per step), before the
+        first draw. Only the curriculum uses it; see the class docstring."""
+        if self.passes:
+            raise ValueError("pace the sampler before its first batch")
+        self.stage_prompts = max(1, int(stage_prompts))
+
     def next_batch(self, size: int) -> list[int]:
+        self.drawn += size
         if self.kind == "prioritized":
             return self._prioritized(size)
         out: list[int] = []
@@ -81,7 +97,8 @@ class PromptSampler:
 
     def state_dict(self) -> dict:
         return {"kind": self.kind, "n": self.n, "rng": self.rng.bit_generator.state, "order": self.order,
-                "pos": self.pos, "passes": self.passes, "attempts": self.attempts.tolist(),
+                "pos": self.pos, "passes": self.passes, "stage_prompts": self.stage_prompts, "drawn": self.drawn,
+                "attempts": self.attempts.tolist(),
                 "successes": self.successes.tolist()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -90,4 +107,6 @@ class PromptSampler:
                              f"not {self.kind} over {self.n}: the stage's data changed since the checkpoint")
         self.rng.bit_generator.state = state["rng"]
         self.order, self.pos, self.passes = list(state["order"]), state["pos"], state["passes"]
+        self.stage_prompts = state.get("stage_prompts")  # absent in checkpoints written before pacing
+        self.drawn = state.get("drawn", 0)
         self.attempts, self.successes = np.asarray(state["attempts"]), np.asarray(state["successes"])

@@ -68,6 +68,9 @@ def test_kimi_curates_prompts_runs_mirror_descent_and_long2short(kimi):
     plan = json.loads((_out(stages["rl_curriculum"]) / "stage_config.json").read_text())
     assert plan["config"]["loss"] == "kimi_mirror_descent" and plan["config"]["sampler"] == "curriculum"
     assert json.loads((_out(stages["rl"]) / "stage_config.json").read_text())["config"]["sampler"] == "prioritized"
+    # The curriculum is paced by the prompts the stage draws; the count it was given is the trainer's.
+    m = stages["rl_curriculum"]["metrics"]
+    assert m["train/prompts_drawn"] == m["train/prompts_planned"] > 0
     # The length reward is off for the first steps (start_step: 2 on tiny), then on. The mirror-descent
     # loss updates twice per rollout batch, so rewards are computed at steps 0 and 2 only.
     length = _history(stages["rl_curriculum"], "rewards/length_kimi/mean")

@@ -33,6 +33,23 @@ def test_curriculum_goes_easy_to_hard_and_shuffles_ties():
         PromptSampler("curriculum", 7)
 
 
+def test_a_curriculum_shorter_than_its_data_still_ends_on_the_hard_prompts():
+    difficulty = [i % 50 for i in range(100)]  # 50 levels, two prompts each
+    s = PromptSampler("curriculum", 100, seed=0, difficulty=difficulty)
+    s.pace(10)  # the stage draws 10 prompts in all
+    drawn = [difficulty[i] for i in s.next_batch(5) + s.next_batch(5)]
+    # one prompt from each tenth of the easy-to-hard order: levels 0-4, then 5-9, ..., then 45-49
+    assert [d // 5 for d in drawn] == list(range(10))
+    assert [difficulty[i] for i in s.next_batch(4)] == [0, 0, 1, 1]  # past the stage's count: a full pass
+    unpaced = PromptSampler("curriculum", 100, seed=0, difficulty=difficulty)
+    assert max(difficulty[i] for i in unpaced.next_batch(10)) == 4  # the easiest tenth only
+    enough = PromptSampler("curriculum", 100, seed=0, difficulty=difficulty)
+    enough.pace(300)  # a stage that draws more than one pass: unchanged
+    assert enough.next_batch(10) == PromptSampler("curriculum", 100, seed=0, difficulty=difficulty).next_batch(10)
+    with pytest.raises(ValueError, match="before its first batch"):
+        s.pace(10)
+
+
 def test_prioritized_follows_one_minus_success():
     s = PromptSampler("prioritized", 3, seed=0)
     s.update([0] * 10, [1.0] * 10)        # solved: weight 0
@@ -56,10 +73,13 @@ def test_unjudged_outcomes_are_not_counted():
     assert s.attempts.tolist() == [0, 1] and s.success_rate().tolist() == [0.0, 0.25]
 
 
-@pytest.mark.parametrize("kind", ["random", "curriculum", "prioritized"])
-def test_state_round_trip_continues_the_same_schedule(kind):
+@pytest.mark.parametrize("kind, stage_prompts", [("random", None), ("curriculum", None), ("curriculum", 12),
+                                                  ("prioritized", None)])
+def test_state_round_trip_continues_the_same_schedule(kind, stage_prompts):
     difficulty = [i % 4 for i in range(20)]
     a = PromptSampler(kind, 20, seed=7, difficulty=difficulty)
+    if stage_prompts:
+        a.pace(stage_prompts)  # its first pass (12 prompts) ends inside the round trip's draws
     for _ in range(3):
         batch = a.next_batch(6)
         a.update(batch, [float(i % 3 == 0) for i in batch])
