@@ -24,8 +24,8 @@ class PromptSampler:
       label, or 1 - pass rate when measured); ties are shuffled. Each pass restarts from the easy end.
       When the stage will draw fewer prompts than there are (`stage_prompts`, set by `pace`), the
       first pass is one prompt from each of that many equal slices of the easy-to-hard order, so
-      the stage still ends on the hard prompts; without this, a stage of 12 steps over 100 prompts
-      trained on the easiest 48 only (RESULTS.md, "kimi_k15's curriculum").
+      the stage still ends on the hard prompts. Unpaced, kimi_k15's demo curriculum drew the
+      easiest 24 of its 51 prompts and never the hard end (RESULTS.md, "kimi_k15's curriculum").
     - prioritized: P(i) proportional to 1 - s_i, where s_i is the running success rate of prompt i
       over its rollouts so far (unseen prompts count as 0, so they come first). If every prompt is
       solved, it falls back to uniform. Drawn without replacement within a batch.
