@@ -107,6 +107,8 @@ class PromptSampler:
                              f"not {self.kind} over {self.n}: the stage's data changed since the checkpoint")
         self.rng.bit_generator.state = state["rng"]
         self.order, self.pos, self.passes = list(state["order"]), state["pos"], state["passes"]
-        self.stage_prompts = state.get("stage_prompts")  # absent in checkpoints written before pacing
+        # absent in checkpoints written before pacing: keep `pace`'s count (it only shapes a first pass
+        # not yet drawn, and the stage reports it)
+        self.stage_prompts = state.get("stage_prompts", self.stage_prompts)
         self.drawn = state.get("drawn", 0)
         self.attempts, self.successes = np.asarray(state["attempts"]), np.asarray(state["successes"])

@@ -95,6 +95,17 @@ def test_state_round_trip_continues_the_same_schedule(kind, stage_prompts):
         b.update(batch, outcome)
 
 
+def test_a_checkpoint_from_before_pacing_keeps_the_stages_count():
+    old = PromptSampler("curriculum", 20, seed=7, difficulty=[i % 4 for i in range(20)])
+    old.next_batch(6)
+    state = old.state_dict()
+    del state["stage_prompts"], state["drawn"]  # as written before pacing existed
+    resumed = PromptSampler("curriculum", 20, seed=7, difficulty=[i % 4 for i in range(20)])
+    resumed.pace(12)
+    resumed.load_state_dict(state)
+    assert resumed.stage_prompts == 12 and resumed.next_batch(6) == old.next_batch(6)
+
+
 def test_state_for_other_data_is_refused():
     state = PromptSampler("random", 5).state_dict()
     with pytest.raises(ValueError, match="data changed"):
