@@ -51,7 +51,7 @@ def test_sigkill_of_the_run_leaves_no_process_and_the_rerun_resumes(tmp_path, ti
         proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=cli_env(home), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     stage = wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial"), None)
-                      if (home / "stages" / "smoke").exists() else None, 240, "the stage to start")
+                     if (home / "stages" / "smoke").exists() else None, 240, "the stage to start")
     wait_for(lambda: sorted((stage / "checkpoints").glob("checkpoint-*/trainer_state.json")), 300, "a checkpoint")
     worker = int((stage / "worker.pid").read_text())
     server = int(re.search(r"temporary Prefect API \S+ \(pid (\d+)", log.read_text()).group(1))
@@ -59,7 +59,7 @@ def test_sigkill_of_the_run_leaves_no_process_and_the_rerun_resumes(tmp_path, ti
     proc.send_signal(signal.SIGKILL)  # the run's process alone, as the OOM killer would
     proc.wait()
     wait_for(lambda: not (_members(proc.pid) or _members(worker) or _alive(worker) or _alive(server)), 30,
-              "every process of the run to end")
+             "every process of the run to end")
 
     dead = json.loads(run_cli("show", "latest", "--json", env_home=home).stdout)
     assert dead["status"] == "crashed" and dead["stages"][0]["status"] == "crashed"  # not "running" forever
@@ -94,7 +94,7 @@ def test_ctrl_c_stops_the_run_in_seconds_records_it_interrupted_and_the_rerun_re
         proc = subprocess.Popen([POSTTRAIN, *args], cwd=REPO, env=cli_env(home), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     stage = wait_for(lambda: next((home / "stages" / "smoke").glob("cold_start-*.partial"), None)
-                      if (home / "stages" / "smoke").exists() else None, 240, "the stage to start")
+                     if (home / "stages" / "smoke").exists() else None, 240, "the stage to start")
     wait_for(lambda: sorted((stage / "checkpoints").glob("checkpoint-*/checksums.json")), 300, "a checkpoint")
     worker = int((stage / "worker.pid").read_text())
     started = time.time()

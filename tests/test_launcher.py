@@ -83,7 +83,7 @@ def test_sigterm_to_the_flow_kills_the_stage_worker(tmp_path, tiny_model):
     proc = subprocess.Popen([POSTTRAIN, "run", "smoke", "--profile", "tiny", "--set", "stages.cold_start.max_steps=5000"],
                             cwd=REPO, env=cli_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pid_file = wait_for(lambda: (d := _stage_dir(home, "cold_start")) and (d / "worker.pid").exists() and d / "worker.pid",
-                         240, "the worker to start")
+                        240, "the worker to start")
     worker = int(pid_file.read_text())
     assert _alive(worker)
     proc.send_signal(signal.SIGTERM)
@@ -100,7 +100,7 @@ def test_killed_stage_resumes_from_its_checkpoint_and_earlier_stages_are_cached(
     # a complete checkpoint: HF writes trainer_state.json last (a kill mid-save leaves one that is removed)
     complete = "checkpoint-*/trainer_state.json"
     ckpt = wait_for(lambda: (d := _stage_dir(home, "polish")) and sorted((d / "checkpoints").glob(complete)),
-                     300, "polish's first complete checkpoint")
+                    300, "polish's first complete checkpoint")
     partial = _stage_dir(home, "polish")
     worker = int((partial / "worker.pid").read_text())
     os.killpg(worker, signal.SIGKILL)  # the stage's whole process group, as a crash or OOM kill would
