@@ -10,7 +10,8 @@
 - log-probabilities (the policy's and the reference's) computed over buckets of rows of like length,
   each trimmed of the padding no row in it needs, with a prompt its group shares run once
   (`stages.logp_buckets`): the same numbers as TRL's one padded batch, for the work of the real
-  tokens (`length_bucket_rows`; None keeps TRL's);
+  tokens (`length_bucket_rows`; None keeps TRL's); in float32 on a CPU, scored by a dense LM head
+  (`stages.dense_logps`) in place of TRL's fused one, whose CPU fallback is slow;
 - rollout and training throughput and an accuracy metric in every logged step.
 
 Everything else (generation, reference model, KL, clipping, the other losses, logging) is TRL's.
@@ -27,6 +28,7 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
+from stages.dense_logps import add_dense_lm_head, dense_head_usable
 from stages.logp_buckets import bucketed_logps, shared_prompt_forward
 from stages.prompt_sampler import PromptSampler
 from stages.rl_losses import filler_rescale, kimi_mirror_descent_loss, zero_variance_groups
@@ -85,6 +87,13 @@ class PosttrainGRPOTrainer(GRPOTrainer):
         self._rollout_s = 0.0
         self._step_tokens = 0.0
         self._local_success: torch.Tensor | None = None  # this rank's success column of the last rollout
+        self._bucket_head = "fused_lm_head"  # the LM head the buckets score with
+        if rl.length_bucket_rows and not (self.args.bf16 or self.args.fp16):
+            heads = [m for m in (getattr(self.model, "get_base_model", lambda: self.model)(), self.ref_model) if m is not None]
+            if all(dense_head_usable(m) for m in heads):  # float32 on a CPU: TRL's head folds its tiles slowly there
+                for m in heads:
+                    add_dense_lm_head(m, self.temperature)
+                self._bucket_head = "dense_lm_head"
 
     # ---- prompts: drawn from the sampler when a rollout batch is needed --------------------------
     def _draw_rows(self, n_local: int) -> list[dict]:
@@ -181,7 +190,8 @@ class PosttrainGRPOTrainer(GRPOTrainer):
             return logps, entropies
 
         shared = None if self.args.gradient_checkpointing else shared_prompt_forward(
-            model, input_ids, attention_mask, logits_to_keep, compute_entropy, self.accelerator.autocast)
+            model, input_ids, attention_mask, logits_to_keep, compute_entropy, self.accelerator.autocast,
+            self._bucket_head)
         logps, entropies = bucketed_logps(shared or rows_alone, attention_mask, logits_to_keep, rows)
         return logps, entropies, None
 

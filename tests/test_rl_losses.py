@@ -87,7 +87,7 @@ def test_unknown_variant_and_missing_constant_are_refused():
 
 # ---- TRL, configured by stages.grpo, computes what the formulas say -------------------------------
 
-def _trainer(tiny_model, tmp_path, loss: str):
+def _trainer(tiny_model, tmp_path, loss: str, bucket_rows: int | None = None):
     from datasets import Dataset
 
     from stages.grpo import GRPOConfig, trl_config
@@ -100,7 +100,7 @@ def _trainer(tiny_model, tmp_path, loss: str):
                      num_generations=2, per_device_batch_size=4, max_completion_length=8, beta=0.05)
     ctx = StageContext.local(tmp_path)
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}], "_index": 0}])
-    rl = RLOptions(sampler=PromptSampler("random", 1), success_reward=0, loss=loss, tau=0.3)
+    rl = RLOptions(sampler=PromptSampler("random", 1), success_reward=0, loss=loss, tau=0.3, length_bucket_rows=bucket_rows)
     trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, ctx), train_dataset=data,
                                    reward_funcs=[get_reward("format_think")], rl=rl)
     trainer.model.train()
@@ -210,15 +210,19 @@ def test_length_buckets_sort_rows_and_cut_each_bucket_to_its_real_tokens():
     assert buckets == [([3, 1], 0, 4), ([2, 0], 1, 7)]
 
 
+@pytest.mark.parametrize("head", ["fused_lm_head", "dense_lm_head"])
 @pytest.mark.parametrize("shared", [False, True], ids=["distinct_prompts", "groups_share_prompts"])
 @pytest.mark.parametrize("loss", ["grpo", "dapo", "kimi_mirror_descent"])
-def test_length_buckets_give_trl_s_loss_and_gradient(tiny_model, tmp_path, loss, shared):
+def test_length_buckets_give_trl_s_loss_and_gradient(tiny_model, tmp_path, loss, shared, head):
     """The policy's log-probabilities over length buckets equal TRL's one padded batch at every real
     token, and so do the loss and its gradient, with prompts and completions of mixed lengths; where
-    groups share a prompt (as GRPO's do), that prompt runs once and its gradient comes from each row."""
+    groups share a prompt (as GRPO's do), that prompt runs once and its gradient comes from each row.
+    A trainer built with buckets on a float32 CPU model scores them with the dense LM head; TRL's
+    padded batch keeps TRL's fused head through the same model."""
     from stages.logp_buckets import shared_prompt_forward
 
-    trainer, _ = _trainer(tiny_model, tmp_path, loss)
+    trainer, _ = _trainer(tiny_model, tmp_path, loss, bucket_rows=2 if head == "dense_lm_head" else None)
+    assert trainer._bucket_head == head
     _, inputs = _batch(trainer)
     inputs["prompt_mask"][1, :3] = 0  # left padding of different widths
     inputs["prompt_mask"][3, :1] = 0
@@ -228,7 +232,7 @@ def test_length_buckets_give_trl_s_loss_and_gradient(tiny_model, tmp_path, loss,
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
     with torch.no_grad():  # the path under test: shared prompts run once, distinct ones row by row
-        assert (shared_prompt_forward(trainer.model, ids, attention, 8, False, trainer.accelerator.autocast)
+        assert (shared_prompt_forward(trainer.model, ids, attention, 8, False, trainer.accelerator.autocast, head)
                 is not None) == shared
 
     def run(rows):
@@ -246,3 +250,48 @@ def test_length_buckets_give_trl_s_loss_and_gradient(tiny_model, tmp_path, loss,
     assert torch.allclose(padded[0], bucketed[0], atol=1e-4) and torch.allclose(padded[1], bucketed[1], atol=1e-4)
     assert bucketed[2] == pytest.approx(padded[2], rel=1e-4, abs=1e-6)
     assert torch.allclose(padded[3], bucketed[3], rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "recomputed"])
+def test_the_dense_head_gives_trl_s_log_probabilities_entropies_and_gradients(monkeypatch, keep):
+    """`DenseLogProbs` against TRL's fused head on the same inputs: log p of each label and each
+    position's entropy at a temperature, and the gradients of a loss that uses both, with the log-
+    probabilities kept for the backward or recomputed there in chunks of positions."""
+    from trl.kernels.chunked_logprob import ChunkedLogProbFunction
+
+    import stages.dense_logps as dense
+
+    monkeypatch.setattr(dense, "CHUNK_TOKENS", 7)  # 3 chunks of 20 positions, the last one short
+    if not keep:
+        monkeypatch.setattr(dense, "KEEP_BYTES", 0)
+    g = torch.Generator().manual_seed(0)
+    hidden, weight = torch.randn(20, 16, generator=g), torch.randn(300, 16, generator=g) * 0.5
+    labels = torch.randint(0, 300, (20,), generator=g)
+    mix = torch.randn(20, generator=g), torch.randn(20, generator=g)
+
+    def run(head):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        logps, entropy = head(h, w)
+        ((logps * mix[0]).sum() + (entropy * mix[1]).sum()).backward()
+        return logps.detach(), entropy.detach(), h.grad, w.grad
+
+    trl = run(lambda h, w: ChunkedLogProbFunction.apply(h, w, None, labels, 0.7, 128, None, 1.0, ("log_probs", "entropy"))[:2])
+    ours = run(lambda h, w: dense.DenseLogProbs.apply(h, w, labels, 0.7))
+    for a, b in zip(trl, ours):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(trl[1], run(lambda h, w: dense.DenseLogProbs.apply(h, w, labels, 1.0))[1], atol=1e-3)
+
+
+def test_the_dense_head_stays_off_where_trl_s_head_knows_more():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from stages.dense_logps import dense_head_usable
+
+    config = AutoConfig.for_model("llama", vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                  num_attention_heads=2, num_key_value_heads=2)
+    model = AutoModelForCausalLM.from_config(config)
+    assert dense_head_usable(model)
+    assert not dense_head_usable(model.to(torch.bfloat16))
+    softcapped = AutoModelForCausalLM.from_config(config)
+    softcapped.config.final_logit_softcapping = 30.0
+    assert not dense_head_usable(softcapped)
