@@ -258,6 +258,55 @@ def test_sampling_draws_from_the_whole_distribution_not_the_top_50(tiny_model, e
     assert len(logits) > 500 and max(int(rank[row[0]]) for row in rows) >= 50
 
 
+def test_ort_sampled_rows_left_unfinished_go_on_in_a_generator_of_their_own(tiny_model, monkeypatch):
+    """The tail restart (toolkit/rollouts/ort.py, TAIL_SHARE): rows still going once most have ended
+    continue in a smaller generator from their prompt and tokens so far. The draw is replaced by a
+    deterministic function of each row's logits (the argmax after a fixed random offset per token, as
+    a Gumbel draw with its noise frozen: the random tiny model's own argmax is one token everywhere),
+    so a restarted row gives the same tokens only if it continues from its own tokens at its own
+    positions. Restarting after every step, with a stop token the rows write at different steps, the
+    generators hold shrinking subsets of the rows."""
+    import copy
+
+    import numpy as np
+
+    from toolkit.rollouts import hf, ort
+
+    offset = []  # drawn once, scaled to the logits (the top two then stay at least 2e-3 apart here)
+
+    def frozen_gumbel(logits, temperature, generator):
+        scores = logits.reshape(-1, logits.shape[-1])
+        if not offset:
+            offset.append(np.random.default_rng(0).standard_normal(scores.shape[-1]).astype(np.float32) * scores.std())
+        picked = (scores + offset[0]).argmax(1)
+        forced = np.full_like(scores, np.finfo(scores.dtype).min)
+        forced[np.arange(len(picked)), picked] = 0.0
+        return forced.reshape(logits.shape)
+
+    monkeypatch.setattr(ort, "forced_draw", frozen_gumbel)
+    monkeypatch.setattr(ort, "TAIL_MIN_STEPS", 1)
+    _, tokenizer = hf.load_for_generation(str(tiny_model))
+    model = ort.open_model(ort.converted(str(tiny_model), "float32"), 1)
+    seqs = [tokenizer(f"What is {a} + {b * 7}? Think.")["input_ids"] for a, b in zip(range(3, 60, 7), range(8))]
+    spec = SamplingSpec(temperature=1.0, seed=0)
+    monkeypatch.setattr(ort, "TAIL_SHARE", 10**9)  # never restarts
+    reference = ort.ort_sampler(model, tokenizer)(seqs, 20, False, spec)
+    assert tokenizer.eos_token_id not in {t for row in reference for t in row}
+    first_at = {}  # token -> the steps at which rows first write it
+    for row in reference:
+        for step, token in enumerate(row):
+            first_at.setdefault(token, set()).add(step) if token not in row[:step] else None
+    stop = max(first_at, key=lambda t: len(first_at[t]))
+
+    stops_there = copy.deepcopy(tokenizer)  # the tokenizer, with that token as its end token
+    stops_there.eos_token = tokenizer.convert_ids_to_tokens(stop)
+    assert stops_there.eos_token_id == stop
+    expected = ort.ort_sampler(model, stops_there)(seqs, 20, False, spec)
+    monkeypatch.setattr(ort, "TAIL_SHARE", 1)  # restarts after every step
+    assert ort.ort_sampler(model, stops_there)(seqs, 20, False, spec) == expected
+    assert len({len(row) for row in expected}) >= 3, expected  # rows ended at three or more steps
+
+
 def test_ort_draws_the_whole_distribution_as_softmax_at_the_temperature():
     """ORT's top_p-1 sampling is drawn from the logits ORT computes and forced into its greedy search:
     the forced scores single out the drawn token, and 20000 draws land on each token as often as

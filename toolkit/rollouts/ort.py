@@ -38,6 +38,13 @@ BUILDER_PRECISIONS = {"float32": ["-p", "fp32"], "int4": ["-p", "int4", "--extra
 KEPT_CONVERSIONS = 4
 PAD_ID = -1
 MAX_ROWS = 32  # the generator refuses larger batches ("batch_size (64) must be in [1, 32]")
+# A sampled generator runs until its longest row ends, every finished row still computed. Once the
+# unfinished rows are at most 1/TAIL_SHARE of its rows with at least TAIL_MIN_STEPS tokens still
+# allowed, they go on in a generator of their own, prompt and tokens so far run through the model
+# once more (measured here on SmolLM2: a decode step of 16 rows 47 ms, of 4 rows 28 ms; a prefill
+# costs about 1 ms per row and token, so 4 rows of 100 tokens pay for themselves in about 21 steps).
+TAIL_SHARE = 4
+TAIL_MIN_STEPS = 32
 _CACHE: list[Path] = []
 _TEMP_ROOT: list[Path] = []
 _FAILED: dict[str, str] = {}  # conversion key -> why the builder failed, in this process
@@ -146,7 +153,9 @@ def ort_sampler(model, tokenizer) -> TokenSampler:
     Sampling the whole distribution (top_p 1) is drawn here, from the logits ORT computes, and handed
     back through `set_logits` to its greedy search (`forced_draw`): a step takes 1.2x a greedy one,
     where ORT GenAI's own sampler with top_k 0 and top_p 1 took 2.5x at 16 rows and 4x at 32
-    (benchmarks/bench_ort_sampling.py). With top_p < 1 ORT's own top-p sampler runs.
+    (benchmarks/bench_ort_sampling.py). With top_p < 1 ORT's own top-p sampler runs. Drawn here, the
+    rows still going once most have ended continue in a generator of their own (`TAIL_SHARE`), so the
+    batch's finished rows stop costing a decode step each.
 
     The sampler also runs budgeted generation in one pass (`sample.budgeted`, see sampling.py): the
     stop-thinking string is forced into a row's own generation where its budget runs out, and the row
@@ -161,21 +170,23 @@ def ort_sampler(model, tokenizer) -> TokenSampler:
     eos = tokenizer.eos_token_id
     think_end = think_end_id(tokenizer)
 
-    def start(seqs: list[list[int]], max_new_tokens: int, spec: SamplingSpec):
+    def generator_for(seqs: list[list[int]], max_new_tokens: int, **search):
         width = max(len(s) for s in seqs)
         params = og.GeneratorParams(model)
+        params.set_search_options(max_length=width + max_new_tokens, batch_size=len(seqs), **search)
+        generator = og.Generator(model, params)
+        generator.append_tokens(np.array([s + [PAD_ID] * (width - len(s)) for s in seqs], dtype=np.int32))
+        return generator
+
+    def start(seqs: list[list[int]], max_new_tokens: int, spec: SamplingSpec):
         seed = spec.seed + generators_made[0]
         generators_made[0] += 1
         draw_here = spec.temperature > 0 and spec.top_p >= 1.0
-        options = dict(max_length=width + max_new_tokens, batch_size=len(seqs),
-                       do_sample=spec.temperature > 0 and not draw_here)
-        if options["do_sample"]:
+        search = dict(do_sample=spec.temperature > 0 and not draw_here)
+        if search["do_sample"]:
             # top_k 0: the whole distribution, not the builder's genai_config default of the 50 likeliest
-            options.update(temperature=spec.temperature, top_p=spec.top_p, top_k=0, random_seed=seed)
-        params.set_search_options(**options)
-        generator = og.Generator(model, params)
-        generator.append_tokens(np.array([s + [PAD_ID] * (width - len(s)) for s in seqs], dtype=np.int32))
-        return generator, torch.Generator().manual_seed(seed) if draw_here else None
+            search.update(temperature=spec.temperature, top_p=spec.top_p, top_k=0, random_seed=seed)
+        return generator_for(seqs, max_new_tokens, **search), torch.Generator().manual_seed(seed) if draw_here else None
 
     def step(generator, draws, spec: SamplingSpec, forced: dict[int, int] | None = None) -> list[int]:
         """One token per row; `forced`: rows whose next token is given (row -> token id)."""
@@ -207,12 +218,22 @@ def ort_sampler(model, tokenizer) -> TokenSampler:
         stop_string = stop_at_think_end and think_end is None
         rows: list[list[int]] = [[] for _ in seqs]
         stopped = [False] * len(seqs)
+        live = list(range(len(seqs)))  # the generator's rows, as indices into seqs
+        steps = 0
         while not generator.is_done() and not all(stopped):
-            for i, token in enumerate(step(generator, draws, spec)):
+            for i, token in zip(live, step(generator, draws, spec)):
                 if stopped[i]:
                     continue
                 rows[i].append(token)
                 stopped[i] = token in stops or (stop_string and closes_thinking(rows[i], token))
+            steps += 1
+            left = [i for i in live if not stopped[i]]
+            # drawn here, the tail's tokens follow the same law from the rows' own logits; ORT's own
+            # sampler (top_p < 1) and greedy search keep one generator, so their streams stay as they were
+            if draws is not None and left and len(left) * TAIL_SHARE <= len(live) and max_new_tokens - steps >= TAIL_MIN_STEPS:
+                del generator  # its KV cache, before the tail's is made
+                generator = generator_for([seqs[i] + rows[i] for i in left], max_new_tokens - steps, do_sample=False)
+                live = left
         return [cut_at_stop(tokenizer, row, stops, stop_string) for row in rows]
 
     def budgeted(seqs: list[list[int]], spec: SamplingSpec, stop_ids: list[int]) -> list[tuple[list[int], ...]]:
