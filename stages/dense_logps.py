@@ -3,7 +3,7 @@
 TRL's fused LM head (`add_fused_lm_head`, `trl.kernels.chunked_logprob`) folds each vocabulary tile
 in a Triton kernel on a GPU; on a CPU it falls back to torch ops that make about a dozen passes over
 every tile, and it scores every position of the batch, prompt and padding included. On SmolLM2's
-49,152-token vocabulary that fallback took 1.8 s for the forward and backward of 1,000 positions
+49,152-token vocabulary that fallback took 1.5 s for the forward and backward of 1,000 positions
 here, against 0.2 s for each of the three matmuls it needs (benchmarks/RESULTS.md, "A dense LM head
 on the CPU"). This head does the same arithmetic in a few fused torch ops per chunk of positions,
 scores only the positions whose label is real, and keeps the log-probabilities for the backward
