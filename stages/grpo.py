@@ -249,7 +249,8 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
     rewards = [stage_reward(with_resolved_models(r, j, ctx), cfg.max_completion_length)
                for j, r in enumerate(cfg.rewards)]
     rollout_func = None if cfg.rollout != "ort" else OrtRollouts(
-        model_dir, tokenizer, cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed, thread_budget())
+        model_dir, tokenizer, cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed, thread_budget(),
+        workdir=ctx.output_dir / f".ort-policy-rank{ctx.rank}")
     trainer = PosttrainGRPOTrainer(model=model_dir, args=trl_config(cfg, ctx), train_dataset=dataset,
                                    reward_funcs=rewards, processing_class=tokenizer, rollout_func=rollout_func,
                                    peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks], rl=rl)

@@ -32,14 +32,22 @@ from toolkit.rollouts.sampling import SamplingSpec
 
 
 class OrtRollouts:
-    """A `rollout_func(prompts, trainer)` for TRL's GRPOTrainer; `close()` removes its copy of the graph.
-    `model` is the graph loaded with the weights of trainer step `step`."""
+    """A `rollout_func(prompts, trainer)` for TRL's GRPOTrainer; `close()` removes its copy of the graph
+    (in `workdir`, emptied first, or a temp folder). `model` is the graph loaded with the weights of
+    trainer step `step`."""
 
     def __init__(self, model_dir: str, tokenizer, temperature: float, top_p: float, max_new_tokens: int,
-                 seed: int, threads: int):
+                 seed: int, threads: int, workdir: Path | None = None):
         self.model_dir, self.tokenizer, self.threads = model_dir, tokenizer, threads
         self.temperature, self.top_p, self.max_new_tokens, self.seed = temperature, top_p, max_new_tokens, seed
-        self.workdir = Path(tempfile.mkdtemp(prefix="posttrain-ort-policy-"))
+        # the stage passes a folder of its own output: a worker killed before close() leaves its copy
+        # of the graph (520 MB for SmolLM2) there, where the stage's next attempt clears it, not in /tmp
+        if workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="posttrain-ort-policy-"))
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir(parents=True)
+            self.workdir = workdir
         self.conversion: WritableConversion | None = None
         self.model = self.sample = self.step = None
         self.calls = 0

@@ -111,7 +111,11 @@ def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path, 
                      num_generations=2, per_device_batch_size=4, max_completion_length=8, max_steps=2,
                      learning_rate=1e-2, save_steps=100, evaluate=False, lora={"r": 4, "dropout": 0} if lora else None)
     rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "_index": i} for i in range(8)]
-    rollout = OrtRollouts(str(tiny_model), None, 1.0, 1.0, 8, 0, 1)
+    workdir = tmp_path / ".ort-policy-rank0"  # as the stage names it: a killed attempt's copy is cleared
+    (workdir / "ort-policy").mkdir(parents=True)
+    (workdir / "ort-policy" / "model.onnx.data").write_bytes(b"left by a killed worker")
+    rollout = OrtRollouts(str(tiny_model), None, 1.0, 1.0, 8, 0, 1, workdir=workdir)
+    assert list(workdir.iterdir()) == []
     rl = RLOptions(sampler=PromptSampler("random", 8), success_reward=0, length_bucket_rows=2)
     trainer = PosttrainGRPOTrainer(model=str(tiny_model), args=trl_config(cfg, StageContext.local(tmp_path)),
                                    train_dataset=Dataset.from_list(rows), reward_funcs=[_varied_unless_easy], rl=rl,
@@ -134,8 +138,10 @@ def test_ort_rollouts_sample_from_the_policy_as_it_trains(tiny_model, tmp_path, 
         with torch.no_grad():
             start = AutoModelForCausalLM.from_pretrained(str(tiny_model))(torch.tensor([ids])).logits[0, -1].numpy()
         assert np.abs(hf - start).max() > 1e-2  # training moved the policy, so the check above could fail
+        assert (workdir / "ort-policy" / "model.onnx.data").stat().st_size > 1000
     finally:
         rollout.close()
+    assert not workdir.exists()
 
 
 @pytest.mark.parametrize("override,where,message", [
