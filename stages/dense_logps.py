@@ -110,7 +110,7 @@ def add_dense_lm_head(model, temperature: float) -> None:
     @functools.wraps(type(model).forward)  # generate validates its kwargs against this signature
     def forward(*args, dense_lm_head: bool = False, labels=None, **kwargs):
         if not dense_lm_head:
-            return inner_forward(*args, labels=labels, **kwargs) if labels is not None else inner_forward(*args, **kwargs)
+            return inner_forward(*args, **kwargs, **({} if labels is None else {"labels": labels}))
         if torch.is_autocast_enabled("cpu"):
             raise RuntimeError("the dense LM head computes in float32: it is not for autocast")
         kwargs["use_cache"] = False
