@@ -23,6 +23,18 @@ $(STAMP): pyproject.toml Makefile
 	@$(MAKE) -s system-tools
 	touch $(STAMP)
 
+# optimum-intel's OpenVINO exporter pins transformers < 5.6, so it gets an environment of its own
+# (toolkit/rollouts/ov.py runs it in a child process); OV_EXPORT=0 leaves it out (engine `ov` then
+# says it is missing, and `auto` never picks it).
+OV_EXPORT ?= 1
+OV_VENV := .venv-ov-export
+OV_STAMP := $(OV_VENV)/.installed
+$(OV_STAMP): infra/ov-export.lock
+	test -x $(OV_VENV)/bin/python || python3 -m venv $(OV_VENV)
+	$(OV_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"
+	$(OV_VENV)/bin/python -m pip install -q --no-deps -r infra/ov-export.lock
+	touch $(OV_STAMP)
+
 # Debian packages, installed when we can (root with apt): bubblewrap, the only engine code_exec runs
 # model-written code in, and chromium, which the browser tests drive (Playwright's own browser
 # download is unreachable offline).
@@ -33,7 +45,7 @@ system-tools:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } || \
 	  echo "posttrain: missing $$missing; install (Debian/Ubuntu): sudo apt-get install $$missing"
 
-setup: $(STAMP)
+setup: $(STAMP) $(if $(filter 1,$(OV_EXPORT)),$(OV_STAMP))
 
 demo: setup
 	$(VENV)/bin/posttrain run smoke --profile demo

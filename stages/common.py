@@ -103,9 +103,9 @@ class GenerationSpec(Strict):
     """How a model samples (toolkit.rollouts.engines): `auto` is the fastest engine here for the
     precision. Precision below float32 changes outputs: set it where benchmarks/bench_generation.py
     shows held-out accuracy and rewards stay within float32's interval."""
-    engine: Literal["auto", "hf", "ct2", "ort", "vllm"] = "auto"
+    engine: Literal["auto", "hf", "ct2", "ort", "ov", "vllm"] = "auto"
     precision: Literal["float32", "bfloat16", "int8", "int4"] = Field(
-        "float32", description="bfloat16: HF or vLLM; int8: CTranslate2 (weights int8, activations float32); "
+        "float32", description="bfloat16: HF, OpenVINO (AMX) or vLLM; int8: CTranslate2 (weights int8, activations float32); "
                                "int4: ONNX Runtime GenAI (weights int4, int8 activations)")
 
     def problems(self) -> list[tuple[tuple, str]]:

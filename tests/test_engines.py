@@ -35,20 +35,42 @@ def test_ort_float32_greedy_equals_hf_token_for_token(tiny_model, prompts):
     assert same >= 0.95 * len(prompts), same
 
 
-@pytest.mark.parametrize("engine,precision", [("ct2", "int8"), ("ort", "int4")])
+def test_ov_float32_greedy_equals_hf_token_for_token(tiny_model, prompts):
+    """The exporter runs in its own environment on a config rewritten for transformers 4.x (see
+    toolkit/rollouts/ov.py): a RoPE base read wrongly there makes every row differ."""
+    spec = SamplingSpec(max_new_tokens=24, batch_size=8)
+    hf = open_engine(str(tiny_model), "hf").complete(prompts, spec)
+    ov = open_engine(str(tiny_model), "ov").complete(prompts, spec)
+    same = sum(a[0].text == b[0].text and a[0].tokens == b[0].tokens for a, b in zip(hf, ov))
+    assert same >= 0.95 * len(prompts), same
+
+
+def test_ov_hands_the_exporter_the_rope_base_where_transformers_4_reads_it():
+    from toolkit.rollouts.ov import exporter_config
+
+    v5 = {"rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"}, "hidden_size": 8}
+    assert exporter_config(v5) == {**v5, "rope_theta": 100000.0}
+    scaled = {"rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0}}
+    assert exporter_config(scaled)["rope_scaling"] == scaled["rope_parameters"]
+    assert exporter_config({"rope_theta": 1e4}) == {"rope_theta": 1e4}  # a 4.x config stays as it is
+
+
+@pytest.mark.parametrize("engine,precision", [("ct2", "int8"), ("ort", "int4"), ("ov", "float32")])
 def test_sampling_gives_n_completions_per_prompt_reproducibly(tiny_model, prompts, engine, precision):
     loaded = open_engine(str(tiny_model), engine, precision)
     spec = SamplingSpec(max_new_tokens=12, temperature=1.0, n=3, batch_size=4, seed=7)
     first, again = loaded.texts(prompts[:4], spec), loaded.texts(prompts[:4], spec)
     assert [len(cs) for cs in first] == [3] * 4 and first == again
+    assert any(len(set(cs)) > 1 for cs in first)  # a prompt's copies are drawn apart, not alike
     assert f"{engine} {precision}" in " ".join(drain_opened()) and drain_opened() == []  # what the stage records, once
 
 
-@pytest.mark.parametrize("engine,marker", [("ct2", "model.bin"), ("ort", "genai_config.json")])
+@pytest.mark.parametrize("engine,marker", [("ct2", "model.bin"), ("ort", "genai_config.json"), ("ov", "openvino_model.xml")])
 def test_a_conversion_is_made_once_per_model(tiny_model, tmp_path, engine, marker):
-    from toolkit.rollouts import ct2, ort
+    from toolkit.rollouts import ct2, ort, ov
 
-    convert = {"ct2": lambda: ct2.converted(str(tiny_model)), "ort": lambda: ort.converted(str(tiny_model), "float32")}[engine]
+    convert = {"ct2": lambda: ct2.converted(str(tiny_model)), "ort": lambda: ort.converted(str(tiny_model), "float32"),
+               "ov": lambda: ov.converted(str(tiny_model))}[engine]
     keep_conversions_in(tmp_path)
     try:
         first = convert()
@@ -77,10 +99,16 @@ def test_ort_reads_prompts_holding_the_end_token_alike_in_a_batch_and_alone(tiny
     ("hf", "int8", "engine hf does not run int8"),
     ("ct2", "bfloat16", "engine ct2 does not run bfloat16"),
     ("ort", "int8", "engine ort does not run int8"),
+    ("ov", "int4", "engine ov does not run int4"),
     ("vllm", "float32", "vLLM rollouts need"),
 ])
 def test_an_engine_is_refused_a_precision_or_machine_it_cannot_run(engine, precision, message):
     assert any(message in p for p in engine_problems(engine, precision))
+
+
+def test_ov_says_its_exporter_is_missing_before_any_compute(monkeypatch, tmp_path):
+    monkeypatch.setenv("POSTTRAIN_OV_EXPORT_PYTHON", str(tmp_path / "nowhere" / "python"))
+    assert any("nowhere" in p and "make setup" in p for p in engine_problems("ov", "float32"))
 
 
 def test_auto_is_the_engine_measured_fastest_here_for_the_precision(tiny_model, tmp_path):

@@ -24,7 +24,7 @@ def fusion_run(prefect_harness, tiny_model):
     return {s["name"]: s for s in run_named_recipe("fusion_smoke")["stages"]}
 
 
-@pytest.fixture(scope="module", params=["hf", "ct2", "ort"])
+@pytest.fixture(scope="module", params=["hf", "ct2", "ort", "ov"])
 def fusion_model(fusion_run, request):
     """The fusion model in each generation engine: modes and budgets must work the same on all."""
     return open_engine(str(Path(fusion_run["fusion"]["output_dir"]) / "model"), request.param)
@@ -147,6 +147,8 @@ def test_a_budget_answers_in_a_batch_as_alone_when_pad_is_the_end_token(fusion_r
     from toolkit.rollouts.ct2 import ct2_sampler, load_ct2
     from toolkit.rollouts.hf import hf_sampler, load_for_generation
     from toolkit.rollouts.ort import converted, open_model, ort_sampler
+    from toolkit.rollouts.ov import converted as ov_converted
+    from toolkit.rollouts.ov import open_pipeline, ov_sampler
 
     model_dir = str(Path(fusion_run["fusion"]["output_dir"]) / "model")
     same_pad = copy.deepcopy(fusion_model.tokenizer)
@@ -154,7 +156,8 @@ def test_a_budget_answers_in_a_batch_as_alone_when_pad_is_the_end_token(fusion_r
     assert same_pad.pad_token_id == same_pad.eos_token_id
     sample = {"hf": lambda: hf_sampler(load_for_generation(model_dir)[0], same_pad),
               "ct2": lambda: ct2_sampler(load_ct2(model_dir, "float32", 1), same_pad),
-              "ort": lambda: ort_sampler(open_model(converted(model_dir, "float32"), 1), same_pad)}[fusion_model.name]()
+              "ort": lambda: ort_sampler(open_model(converted(model_dir, "float32"), 1), same_pad),
+              "ov": lambda: ov_sampler(open_pipeline(ov_converted(model_dir), "float32", 1), same_pad)}[fusion_model.name]()
     prompts = [flag_messages(r["prompt"], "think") for r in held_out[:12]]
     spec = {"max_new_tokens": 96, "thinking_budget": 90, "answer_max_new_tokens": 32}
     batched = [c[0] for c in complete(sample, same_pad, prompts, SamplingSpec(batch_size=12, **spec))]

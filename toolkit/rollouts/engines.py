@@ -1,10 +1,10 @@
 """Which engine generates: `hf` (HF generate), `ct2` (CTranslate2, CPU), `ort` (ONNX Runtime
-GenAI, CPU), `vllm` (GPU), or `auto`, the fastest one available for the precision asked: on a GPU,
+GenAI, CPU), `ov` (OpenVINO GenAI's continuous batching, CPU), `vllm` (GPU), or `auto`, the fastest one available for the precision asked: on a GPU,
 vLLM with the [vllm] extra, else HF; on CPU, ONNX Runtime GenAI for float32 (a test-sized model
 stays HF: see resolve_engine), HF for bfloat16, CTranslate2 for int8, ONNX Runtime GenAI for int4.
 
 Precision is a generation setting of its own, never silently changed: float32 (every engine on
-CPU), bfloat16 (HF on AMX or a GPU; vLLM), int8 (CTranslate2, weights in int8, activations in
+CPU), bfloat16 (HF or OpenVINO on AMX, or a GPU; vLLM), int8 (CTranslate2, weights in int8, activations in
 float32) or int4 (ONNX Runtime GenAI, int4 weights, int8 activations). Lower precision changes
 outputs (bf16, int8 and int4 greedy completions differ from float32's on most prompts; on a trained
 SmolLM2, int8 cost 9 points of held-out accuracy and int4 19.5), so a stage uses it only where a
@@ -28,11 +28,11 @@ from toolkit.rollouts.sampling import (
     derivable,
 )
 
-ENGINES = ("auto", "hf", "ct2", "ort", "vllm")
+ENGINES = ("auto", "hf", "ct2", "ort", "ov", "vllm")
 PRECISIONS = ("float32", "bfloat16", "int8", "int4")
 AUTO_ORT_MIN_BYTES = 100 * 2**20  # SmolLM2-135M in float32: 540 MB; the suite's tiny models: a few MB
 SUPPORTED = {"hf": {"float32", "bfloat16"}, "ct2": {"float32", "int8"}, "ort": {"float32", "int4"},
-             "vllm": {"float32", "bfloat16"}}
+             "ov": {"float32", "bfloat16"}, "vllm": {"float32", "bfloat16"}}
 log = logging.getLogger(__name__)
 _OPENED: list[str] = []  # every engine this process loaded, for the stage's record
 
@@ -83,6 +83,7 @@ def engine_problems(engine: str, precision: str) -> list[str]:
     compute: `auto` always runs, at float32 at least."""
     from toolkit.rollouts.ct2 import ct2_unavailable
     from toolkit.rollouts.ort import ort_unavailable
+    from toolkit.rollouts.ov import ov_precision_problem, ov_unavailable
     from toolkit.rollouts.vllm import vllm_unavailable
 
     if engine == "auto":
@@ -93,6 +94,8 @@ def engine_problems(engine: str, precision: str) -> list[str]:
         problems += [m for m in [ct2_unavailable()] if m]
     if engine == "ort":
         problems += [m for m in [ort_unavailable()] if m]
+    if engine == "ov":
+        problems += [m for m in [ov_unavailable(), ov_precision_problem(precision)] if m]
     if engine == "vllm":
         problems += vllm_unavailable()
     return problems
@@ -129,9 +132,9 @@ def weight_bytes(model_dir: str | None) -> int:
 def keep_conversions_in(cache_root: Path | None) -> None:
     """Where each converting engine keeps its conversions (`cache_root`/ct2, `cache_root`/ort), shared
     by every process of a home; None: each process converts into a temp dir."""
-    from toolkit.rollouts import ct2, ort
+    from toolkit.rollouts import ct2, ort, ov
 
-    for module in (ct2, ort):
+    for module in (ct2, ort, ov):
         module.keep_conversions_in(cache_root / module.__name__.rsplit(".", 1)[1] if cache_root else None)
 
 
@@ -193,6 +196,8 @@ def _load(model_dir: str, engine: str, precision: str, trust_remote_code: bool) 
         return Engine("ct2", precision, threads, tokenizer, run, lambda: ct2_sampler(generator, tokenizer))
     if chosen == "ort":
         return _load_ort(model_dir, engine, precision, threads, trust_remote_code)
+    if chosen == "ov":
+        return _load_ov(model_dir, engine, precision, threads, trust_remote_code)
     from toolkit.rollouts.hf import hf_sampler, load_for_generation
 
     model, tokenizer = load_for_generation(model_dir, trust_remote_code, precision)
@@ -219,6 +224,23 @@ def _load_ort(model_dir: str, engine: str, precision: str, threads: int, trust_r
     return Engine("ort", precision, threads, tokenizer, lambda prompts, spec, progress: complete(
         ort_sampler(model, tokenizer), tokenizer, prompts, spec, progress),  # a fresh sampler: seeds from spec.seed
         lambda: ort_sampler(model, tokenizer))
+
+
+def _load_ov(model_dir: str, engine: str, precision: str, threads: int, trust_remote_code: bool) -> Engine:
+    from toolkit.rollouts.hf import load_tokenizer
+    from toolkit.rollouts.ov import converted, open_pipeline, ov_sampler
+
+    try:
+        pipeline = open_pipeline(converted(model_dir), precision, threads)  # exported once per model
+    except ValueError as e:  # an architecture the exporter does not know
+        if engine != "auto":
+            raise ValueError(f"engine ov cannot load {model_dir}: {e}") from e
+        log.warning("generation: OpenVINO cannot convert %s (%s); using HF generate", model_dir, e)
+        return _load(model_dir, "hf", precision, trust_remote_code)
+    tokenizer = load_tokenizer(model_dir, trust_remote_code)
+    sample = ov_sampler(pipeline, tokenizer)
+    return Engine("ov", precision, threads, tokenizer, lambda prompts, spec, progress: complete(
+        sample, tokenizer, prompts, spec, progress), lambda: sample)
 
 
 def rollout_completions(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec, engine: str = "auto",
