@@ -14,7 +14,8 @@ machine's own limit, and what lower precision does to held-out results.
    batch 1 / 16 / 64 and sampled (4 per prompt) at batch 16. Tokens/s, ms per decode step, the
    ratio to HF float32 at the same batch, and greedy outputs identical to HF float32's.
 3. Precision: HF float32 against each lower precision on `--accuracy-prompts` held-out prompts:
-   accuracy and format rate with 95% intervals and the paired change (the same prompts).
+   accuracy and format rate with 95% intervals and the paired change (the same prompts); with
+   `--precision-samples N`, each prompt's sampled pass rate over N draws too (what the filters use).
 4. GRPO: what refreshing CTranslate2 with the policy's weights would cost per step (save + convert),
    next to the generation time it would save on one demo step (16 completions of 128 tokens).
 """
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from data_curation.sources import load_rows
 from pipeline.models.named import resolve_model
 from pipeline.store.home import configure_environment
-from toolkit.core.stats import paired_change, rate_interval
+from toolkit.core.stats import bootstrap_mean, paired_change, rate_interval
 from toolkit.core.templates import render_prompt
 from toolkit.core.text import is_well_formed
 from toolkit.rewards.verifiers import score_rows
@@ -179,6 +180,31 @@ def precision_table(model_dir: str, rows: list[dict], args) -> None:
             line += (f"  change: accuracy {da['delta']:+.3f} [{da['lo']:+.3f}, {da['hi']:+.3f}]"
                      f" format {df['delta']:+.3f} [{df['lo']:+.3f}, {df['hi']:+.3f}]")
         print(line)
+    if args.precision_samples:
+        sampled_precision(model_dir, rows, prompts, args)
+
+
+def sampled_precision(model_dir: str, rows: list[dict], prompts: list, args) -> None:
+    """What the sampling filters estimate: each prompt's pass rate over `--precision-samples` draws
+    at temperature 1 (the whole distribution), per precision, and its paired change on the same
+    prompts (bootstrap: the rates are not 0/1). Different precisions draw different streams, so
+    only the distribution can agree, not the tokens."""
+    n = args.precision_samples
+    spec = SamplingSpec(max_new_tokens=args.max_new_tokens, temperature=1.0, n=n, batch_size=16, seed=3)
+    rates = {}
+    for engine, precision in (e.split(":") for e in args.precision_engines):
+        completions = open_engine(model_dir, engine, precision).texts(prompts, spec)
+        flat = score_rows([r for r in rows for _ in range(n)], [c for cs in completions for c in cs])
+        rates[f"{engine} {precision}"] = [sum(flat[i * n:(i + 1) * n]) / n for i in range(len(rows))]
+    reference = args.precision_engines[0].replace(":", " ")
+    print(f"\nsampled pass rate per prompt ({n} draws at temperature 1, {len(rows)} prompts, mean and 95% bootstrap):")
+    for label, values in rates.items():
+        lo, hi = bootstrap_mean(values)
+        line = f"{label:14s} pass rate {sum(values) / len(values):.3f} [{lo:.3f}, {hi:.3f}]"
+        if label != reference:
+            d = paired_change(rates[reference], values)
+            line += f"  change {d['delta']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+        print(line)
 
 
 def grpo_refresh(model_dir: str, prompts: list, args) -> None:
@@ -221,6 +247,8 @@ def main() -> None:
                                                       "ort:float32", "ort:int4"], help="engine:precision, HF float32 first")
     ap.add_argument("--precision-engines", nargs="+", default=["ct2:float32", "ct2:int8", "hf:bfloat16", "ort:int4"],
                     help="engine:precision for the precision table, a float32 one first (the reference)")
+    ap.add_argument("--precision-samples", type=int, default=0,
+                    help="also each prompt's sampled pass rate over this many draws, per precision")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--continuous-batching", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--grpo", action=argparse.BooleanOptionalAction, default=True)

@@ -111,10 +111,14 @@ def test_ov_says_its_exporter_is_missing_before_any_compute(monkeypatch, tmp_pat
     assert any("nowhere" in p and "make setup" in p for p in engine_problems("ov", "float32"))
 
 
-def test_auto_is_the_engine_measured_fastest_here_for_the_precision(tiny_model, tmp_path):
+def test_auto_is_the_engine_measured_fastest_here_for_the_precision(tiny_model, tmp_path, monkeypatch):
     assert resolve_engine("auto", "float32", str(tiny_model)) == "hf"  # a conversion would cost more than it saves
     with open(tmp_path / "model.safetensors", "wb") as f:  # a real model's size (sparse: no disk used)
         f.truncate(AUTO_ORT_MIN_BYTES)
+    assert resolve_engine("auto", "float32", str(tmp_path)) == "ov"
+    bf16 = "ov" if not engine_problems("ov", "bfloat16") else "hf"  # OpenVINO where the CPU computes bfloat16
+    assert resolve_engine("auto", "bfloat16", str(tmp_path)) == bf16
+    monkeypatch.setenv("POSTTRAIN_OV_EXPORT_PYTHON", str(tmp_path / "nowhere"))  # made with OV_EXPORT=0
     assert resolve_engine("auto", "float32", str(tmp_path)) == "ort"
     assert resolve_engine("auto", "bfloat16", str(tmp_path)) == "hf"
     assert resolve_engine("auto", "int8") == "ct2" and resolve_engine("auto", "int4") == "ort"

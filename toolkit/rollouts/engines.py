@@ -1,7 +1,8 @@
-"""Which engine generates: `hf` (HF generate), `ct2` (CTranslate2, CPU), `ort` (ONNX Runtime
-GenAI, CPU), `ov` (OpenVINO GenAI's continuous batching, CPU), `vllm` (GPU), or `auto`, the fastest one available for the precision asked: on a GPU,
-vLLM with the [vllm] extra, else HF; on CPU, ONNX Runtime GenAI for float32 (a test-sized model
-stays HF: see resolve_engine), HF for bfloat16, CTranslate2 for int8, ONNX Runtime GenAI for int4.
+"""Which engine generates: `hf` (HF generate), `ct2` (CTranslate2, CPU), `ort` (ONNX Runtime GenAI,
+CPU), `ov` (OpenVINO GenAI's continuous batching, CPU), `vllm` (GPU), or `auto`, the fastest one
+available for the precision asked: on a GPU, vLLM with the [vllm] extra, else HF; on CPU, OpenVINO
+GenAI for float32 and bfloat16 (else ONNX Runtime GenAI for float32 and HF for bfloat16; a test-
+sized model stays HF: see resolve_engine), CTranslate2 for int8, ONNX Runtime GenAI for int4.
 
 Precision is a generation setting of its own, never silently changed: float32 (every engine on
 CPU), bfloat16 (HF or OpenVINO on AMX, or a GPU; vLLM), int8 (CTranslate2, weights in int8, activations in
@@ -109,13 +110,18 @@ def resolve_engine(engine: str, precision: str, model_dir: str | None = None) ->
         return engine
     if torch.cuda.is_available():  # vLLM with the [vllm] extra, else HF on the GPU
         return next((c for c in ("vllm", "hf") if precision in SUPPORTED[c] and not engine_problems(c, precision)), "hf")
-    # Measured on the 2-core machine (benchmarks/RESULTS.md, fast generation): ONNX Runtime GenAI
-    # float32 gives HF float32's greedy outputs token for token, 2-3x faster; its conversion costs
-    # seconds, which pays only for a model that generates for long: so a real model (weights of
-    # AUTO_ORT_MIN_BYTES or more) goes to ort, a test-sized one stays HF. int8 is CTranslate2's,
-    # int4 ONNX Runtime GenAI's.
-    if precision == "float32" and not engine_problems("ort", precision) and weight_bytes(model_dir) >= AUTO_ORT_MIN_BYTES:
-        return "ort"
+    # Measured on the 2-core machines (benchmarks/RESULTS.md, fast generation): OpenVINO GenAI and
+    # ONNX Runtime GenAI float32 give HF float32's greedy outputs (63-64 of 64 prompts), OpenVINO the
+    # faster at every batch (2.0-2.7x HF against ORT's 1.1-2.4x on the Intel machine), and bfloat16
+    # on AMX only through OpenVINO runs well above HF's. A conversion costs seconds (OpenVINO's
+    # export about 13 s), which pays only for a model that generates for long: so a real model
+    # (weights of AUTO_ORT_MIN_BYTES or more) goes to ov, else ort, and a test-sized one stays HF.
+    # int8 is CTranslate2's, int4 ONNX Runtime GenAI's.
+    if weight_bytes(model_dir) >= AUTO_ORT_MIN_BYTES:
+        if precision in ("float32", "bfloat16") and not engine_problems("ov", precision):
+            return "ov"
+        if precision == "float32" and not engine_problems("ort", precision):
+            return "ort"
     for candidate in ("hf", "ct2", "ort"):
         if precision in SUPPORTED[candidate] and not engine_problems(candidate, precision):
             return candidate
