@@ -1,8 +1,8 @@
 """Which engine generates: `hf` (HF generate), `ct2` (CTranslate2, CPU), `ort` (ONNX Runtime GenAI,
 CPU), `ov` (OpenVINO GenAI's continuous batching, CPU), `vllm` (GPU), or `auto`, the fastest one
 available for the precision asked: on a GPU, vLLM with the [vllm] extra, else HF; on CPU, OpenVINO
-GenAI for float32 and bfloat16 (else ONNX Runtime GenAI for float32 and HF for bfloat16; a test-
-sized model stays HF: see resolve_engine), CTranslate2 for int8, ONNX Runtime GenAI for int4.
+GenAI for float32 and bfloat16 (else ONNX Runtime GenAI for float32 and HF for bfloat16; a
+test-sized model stays HF: see resolve_engine), CTranslate2 for int8, ONNX Runtime GenAI for int4.
 
 Precision is a generation setting of its own, never silently changed: float32 (every engine on
 CPU), bfloat16 (HF or OpenVINO on AMX, or a GPU; vLLM), int8 (CTranslate2, weights in int8, activations in
