@@ -138,16 +138,16 @@ def test_a_profile_sets_generation_for_every_stage_and_the_evaluation(tmp_path, 
         load_recipe("smoke", "tiny", ["stages.cold_start.generation.engine=hf"])
 
 
-def test_ort_keeps_the_four_most_recently_used_conversions(tmp_path):
+def test_a_conversion_cache_keeps_the_four_most_recently_used(tmp_path):
     import os
 
-    from toolkit.rollouts.ort import _prune
+    from toolkit.core.files import prune_least_recent
 
     for age, name in enumerate(["e", "d", "c", "b", "a"]):  # "a" is the oldest
         (tmp_path / name).mkdir()
         os.utime(tmp_path / name, (1000 - age, 1000 - age))
     (tmp_path / ".x.partial").mkdir()  # another process's conversion in progress
-    _prune(tmp_path, keep=tmp_path / "a")  # "a" was just made or used
+    prune_least_recent(tmp_path, keep=tmp_path / "a", kept=4)  # "a" was just made or used
     assert sorted(p.name for p in tmp_path.iterdir()) == [".x.partial", "a", "c", "d", "e"]
 
 

@@ -3,6 +3,7 @@ model directories (part of every cache key)."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -46,6 +47,29 @@ def publish_dir(final: Path, marker: str, build) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+_TEMP_DIRS: dict[str, Path] = {}
+
+
+def process_temp_dir(prefix: str) -> Path:
+    """One temp folder per prefix for this process, removed when it exits: for what is too big to
+    leave behind per call (a model's conversion, where no home's cache was configured)."""
+    if prefix not in _TEMP_DIRS:
+        _TEMP_DIRS[prefix] = Path(tempfile.mkdtemp(prefix=prefix))
+        atexit.register(shutil.rmtree, _TEMP_DIRS[prefix], True)
+    return _TEMP_DIRS[prefix]
+
+
+def prune_least_recent(root: Path, keep: Path, kept: int) -> None:
+    """Drop the least recently used folders in `root` beyond `kept`, never `keep` (the one just made
+    or used) nor a hidden one (a build in progress). Made for model conversions: each is the model's
+    size again (0.5 GB for SmolLM2 in float32), and one still wanted is made again in seconds; one a
+    process has open stays readable (it is mapped)."""
+    done = sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".") and d != keep),
+                  key=lambda d: d.stat().st_mtime, reverse=True)
+    for old in done[kept - 1:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -20,17 +20,14 @@ Two things this engine does differently from HF, both measured (benchmarks/RESUL
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from toolkit.core.files import publish_dir, weights_fingerprint
+from toolkit.core.files import process_temp_dir, prune_least_recent, publish_dir, weights_fingerprint
 from toolkit.rollouts.ort_layout import from_template, record_template
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
@@ -46,7 +43,6 @@ MAX_ROWS = 32  # the generator refuses larger batches ("batch_size (64) must be 
 TAIL_SHARE = 4
 TAIL_MIN_STEPS = 32
 _CACHE: list[Path] = []
-_TEMP_ROOT: list[Path] = []
 _FAILED: dict[str, str] = {}  # conversion key -> why the builder failed, in this process
 
 
@@ -70,7 +66,7 @@ def converted(model_dir: str, precision: str) -> Path:
     convert fails once per process: `auto` then falls back to HF without paying for the try again."""
     import onnxruntime_genai as og
 
-    root = _CACHE[0] if _CACHE else _process_temp_root()
+    root = _CACHE[0] if _CACHE else process_temp_dir("posttrain-ort-")
     key = hashlib.sha256(f"{weights_fingerprint(Path(model_dir))}|{og.__version__}|{precision}".encode()).hexdigest()[:20]
     if key in _FAILED:  # the builder does not know this model: say so again without a second try
         raise ValueError(_FAILED[key])
@@ -95,27 +91,8 @@ def converted(model_dir: str, precision: str) -> Path:
     final = publish_dir(root / key, "genai_config.json", build)
     if built_here and precision == "float32":  # the builder's own output: a template for models like this one
         record_template(model_dir, final)
-    _prune(root, keep=final)
+    prune_least_recent(root, keep=final, kept=KEPT_CONVERSIONS)
     return final
-
-
-def _process_temp_root() -> Path:
-    """Without a home's cache (a script that never configured one), one temp folder for this process,
-    removed when it exits: a conversion is the model's size, too big to leave behind per call."""
-    if not _TEMP_ROOT:
-        _TEMP_ROOT.append(Path(tempfile.mkdtemp(prefix="posttrain-ort-")))
-        atexit.register(shutil.rmtree, _TEMP_ROOT[0], True)
-    return _TEMP_ROOT[0]
-
-
-def _prune(root: Path, keep: Path, kept: int = KEPT_CONVERSIONS) -> None:
-    """Drop the least recently used conversions beyond `kept` (each is the model's size again: 0.5 GB
-    for SmolLM2 in float32, and a recipe converts every stage's model it evaluates). One still
-    wanted is made again in seconds; one a process has open stays readable (it is mapped)."""
-    done = sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".") and d != keep),
-                  key=lambda d: d.stat().st_mtime, reverse=True)
-    for old in done[kept - 1:]:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def open_model(conversion: Path, threads: int):

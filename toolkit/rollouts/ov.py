@@ -6,7 +6,8 @@ Conversion: optimum-intel's exporter traces the HF model into OpenVINO's IR with
 optimum-intel 2.2 pins transformers < 5.6 and posttrain runs transformers 5, so the exporter runs in an
 environment of its own (`make setup` makes `.venv-ov-export` from `infra/ov-export.lock`; another one
 can be named with POSTTRAIN_OV_EXPORT_PYTHON), in a child process, once per model: the conversion is
-kept by the weights' checksum and the two packages' versions (`keep_conversions_in`, as ORT's).
+kept by the weights' checksum and the two packages' versions (`keep_conversions_in`; as ORT's, the
+four most recently used are kept).
 transformers 4.x reads the RoPE base from a top-level `rope_theta` that transformers 5 saves inside
 `rope_parameters`; without it the exporter builds the graph with 4.x's default base (10,000 instead
 of SmolLM2's 100,000) and no greedy completion matched HF's (0 of 16). The exporter is therefore
@@ -23,16 +24,16 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from toolkit.core.files import publish_dir, weights_fingerprint
+from toolkit.core.files import process_temp_dir, prune_least_recent, publish_dir, weights_fingerprint
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
 EXPORT_PYTHON_ENV = "POSTTRAIN_OV_EXPORT_PYTHON"
 EXPORT_VENV = Path(__file__).resolve().parents[2] / ".venv-ov-export"
 EXPORTER = "optimum-intel 2.2.0"  # pinned in infra/ov-export.lock; part of the conversion's key
 HINTS = {"float32": "f32", "bfloat16": "bf16"}
+KEPT_CONVERSIONS = 4  # each is the model's size (0.5 GB for SmolLM2); one still wanted is exported again
 _CACHE: list[Path] = []
 _FAILED: dict[str, str] = {}  # conversion key -> why the exporter failed, in this process
 
@@ -83,10 +84,13 @@ def converted(model_dir: str) -> Path:
     """The model's OpenVINO IR (float32 weights), exported once and published with publish_dir."""
     import openvino
 
-    root = _CACHE[0] if _CACHE else Path(tempfile.gettempdir()) / "posttrain-ov"
+    root = _CACHE[0] if _CACHE else process_temp_dir("posttrain-ov-")
     key = hashlib.sha256(f"{weights_fingerprint(Path(model_dir))}|{openvino.__version__}|{EXPORTER}".encode()).hexdigest()[:20]
     if key in _FAILED:
         raise ValueError(_FAILED[key])
+    if (root / key / "openvino_model.xml").exists():
+        os.utime(root / key)  # recently used: kept by the pruning below
+        return root / key
 
     def build(out: Path) -> None:
         source = out.parent / "source"  # the model folder as the exporter reads it: links and a config
@@ -105,7 +109,9 @@ def converted(model_dir: str) -> Path:
             _FAILED[key] = f"optimum-intel could not export {model_dir}: " + " | ".join(tail)
             raise ValueError(_FAILED[key])
 
-    return publish_dir(root / key, "openvino_model.xml", build)
+    final = publish_dir(root / key, "openvino_model.xml", build)
+    prune_least_recent(root, keep=final, kept=KEPT_CONVERSIONS)
+    return final
 
 
 def open_pipeline(conversion: Path, precision: str, threads: int):
