@@ -25,7 +25,8 @@ $(STAMP): pyproject.toml Makefile
 
 # optimum-intel's OpenVINO exporter pins transformers < 5.6, so it gets an environment of its own
 # (toolkit/rollouts/ov.py runs it in a child process); OV_EXPORT=0 leaves it out (engine `ov` then
-# says it is missing, and `auto` never picks it).
+# says it is missing, and `auto` never picks it). On a GPU machine, where `auto` is vLLM, OV_EXPORT=0
+# also saves a second torch (the CUDA build, from PyPI).
 OV_EXPORT ?= 1
 OV_VENV := .venv-ov-export
 OV_STAMP := $(OV_VENV)/.installed

@@ -3,7 +3,7 @@
 # model built here; prints tokens/s and MFU and writes benchmarks/results/gpu_smoke.json. On an H200
 # (2026-12-04) each stage took 2-3 minutes, most of it starting, loading and saving the 3 GB model, so
 # the four need about 10 minutes; a lease shorter than that runs a subset with --stages.
-#   benchmarks/gpu_smoke.sh              on the GPU machine (after `make setup`)
+#   benchmarks/gpu_smoke.sh              on the GPU machine (after `make setup OV_EXPORT=0`)
 #   benchmarks/gpu_smoke.sh --stages grpo_zero2 grpo_zero3
 #   benchmarks/gpu_smoke.sh --shrink     CPU dry run: a 2-layer model, 2 steps per stage
 #   benchmarks/gpu_smoke.sh generation   vLLM against HF generate on the same model (gpu_generation.py;
