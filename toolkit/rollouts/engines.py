@@ -136,7 +136,7 @@ def weight_bytes(model_dir: str | None) -> int:
 
 
 def keep_conversions_in(cache_root: Path | None) -> None:
-    """Where each converting engine keeps its conversions (`cache_root`/ct2, `cache_root`/ort), shared
+    """Where each converting engine keeps its conversions (`cache_root`/ct2, /ort, /ov), shared
     by every process of a home; None: each process converts into a temp dir."""
     from toolkit.rollouts import ct2, ort, ov
 
