@@ -62,6 +62,8 @@ def test_sampling_gives_n_completions_per_prompt_reproducibly(tiny_model, prompt
     first, again = loaded.texts(prompts[:4], spec), loaded.texts(prompts[:4], spec)
     assert [len(cs) for cs in first] == [3] * 4 and first == again
     assert any(len(set(cs)) > 1 for cs in first)  # a prompt's copies are drawn apart, not alike
+    one_by_one = loaded.texts([prompts[0], prompts[0]], SamplingSpec(max_new_tokens=12, temperature=1.0, batch_size=1, seed=7))
+    assert one_by_one[0] != one_by_one[1]  # and so is the same prompt in the next batch: no stream used twice
     assert f"{engine} {precision}" in " ".join(drain_opened()) and drain_opened() == []  # what the stage records, once
 
 

@@ -244,9 +244,9 @@ def _load_ov(model_dir: str, engine: str, precision: str, threads: int, trust_re
         log.warning("generation: OpenVINO cannot convert %s (%s); using HF generate", model_dir, e)
         return _load(model_dir, "hf", precision, trust_remote_code)
     tokenizer = load_tokenizer(model_dir, trust_remote_code)
-    sample = ov_sampler(pipeline, tokenizer)
     return Engine("ov", precision, threads, tokenizer, lambda prompts, spec, progress: complete(
-        sample, tokenizer, prompts, spec, progress), lambda: sample)
+        ov_sampler(pipeline, tokenizer), tokenizer, prompts, spec, progress),  # a fresh sampler: seeds from spec.seed
+        lambda: ov_sampler(pipeline, tokenizer))
 
 
 def rollout_completions(model_dir: str, prompts: list[list[dict] | str], spec: SamplingSpec, engine: str = "auto",

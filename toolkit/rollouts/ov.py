@@ -126,8 +126,10 @@ def open_pipeline(conversion: Path, precision: str, threads: int):
 def ov_sampler(pipeline, tokenizer) -> TokenSampler:
     """Every row is a request of its own (`n` copies of a prompt are `n` requests), all handed to the
     pipeline at once: it schedules them in one running batch, and a row that ends stops costing
-    compute. A row's seed is the spec's seed and its index (the same seed would draw `n` copies of a
-    prompt alike). Sampled draws come from the whole distribution after temperature and top_p (the
+    compute. Each row gets a seed of its own: the spec's seed and the row's place among all the rows
+    this sampler has drawn (the same seed would draw `n` copies of a prompt alike, and the same seeds
+    in every batch would reuse one stream), so a new sampler per `complete` call makes its draws
+    reproducible, as ORT's. Sampled draws come from the whole distribution after temperature and top_p (the
     pipeline's top_k is off by default), by the pipeline's own generator: the law is HF's, the
     stream is another. `</think>` stops a row as a token, or (split, as in SmolLM2) as a stop string."""
     import numpy as np
@@ -136,11 +138,13 @@ def ov_sampler(pipeline, tokenizer) -> TokenSampler:
 
     eos = tokenizer.eos_token_id
     think_end = think_end_id(tokenizer)
+    rows_drawn = [0]
 
     def sample(seqs: list[list[int]], max_new_tokens: int, stop_at_think_end: bool,
                spec: SamplingSpec) -> list[list[int]]:
         if not seqs:
             return []
+        first_row, rows_drawn[0] = rows_drawn[0], rows_drawn[0] + len(seqs)
         stops = {eos} | ({think_end} if stop_at_think_end and think_end is not None else set())
         stop_string = stop_at_think_end and think_end is None
         configs = []
@@ -154,7 +158,7 @@ def ov_sampler(pipeline, tokenizer) -> TokenSampler:
             config.do_sample = spec.temperature > 0
             if config.do_sample:
                 config.temperature, config.top_p = spec.temperature, spec.top_p
-                config.rng_seed = spec.seed * 1_000_003 + row
+                config.rng_seed = spec.seed * 1_000_003 + first_row + row
             configs.append(config)
         results = pipeline.generate([ov.Tensor(np.array([s], dtype=np.int64)) for s in seqs], configs)
         return [cut_at_stop(tokenizer, list(r.m_generation_ids[0]), stops, stop_string) for r in results]
