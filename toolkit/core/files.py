@@ -61,6 +61,17 @@ def process_temp_dir(prefix: str) -> Path:
     return _TEMP_DIRS[prefix]
 
 
+def publish_kept(final: Path, marker: str, build, kept: int) -> Path:
+    """publish_dir for a cache of conversions: `final` is marked as just used (its mtime), and the
+    least recently used of its siblings beyond `kept` are dropped (prune_least_recent)."""
+    if (final / marker).exists():
+        os.utime(final)
+        return final
+    publish_dir(final, marker, build)
+    prune_least_recent(final.parent, keep=final, kept=kept)
+    return final
+
+
 def prune_least_recent(root: Path, keep: Path, kept: int) -> None:
     """Drop the least recently used folders in `root` beyond `kept`, never `keep` (the one just made
     or used) nor a hidden one (a build in progress). Made for model conversions: each is the model's

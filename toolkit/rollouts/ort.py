@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.core.files import process_temp_dir, prune_least_recent, publish_dir, weights_fingerprint
+from toolkit.core.files import process_temp_dir, publish_kept, weights_fingerprint
 from toolkit.rollouts.ort_layout import from_template, record_template
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
@@ -62,7 +61,7 @@ def ort_unavailable() -> str | None:
 
 def converted(model_dir: str, precision: str) -> Path:
     """The model's ONNX conversion at `precision`, made once by the package's model builder (in a
-    child process, which loads the HF model whole) and published with publish_dir. A model it cannot
+    child process, which loads the HF model whole) and published with publish_kept. A model it cannot
     convert fails once per process: `auto` then falls back to HF without paying for the try again."""
     import onnxruntime_genai as og
 
@@ -70,10 +69,6 @@ def converted(model_dir: str, precision: str) -> Path:
     key = hashlib.sha256(f"{weights_fingerprint(Path(model_dir))}|{og.__version__}|{precision}".encode()).hexdigest()[:20]
     if key in _FAILED:  # the builder does not know this model: say so again without a second try
         raise ValueError(_FAILED[key])
-    if (root / key / "genai_config.json").exists():
-        os.utime(root / key)  # recently used: kept by the pruning below
-        return root / key
-
     built_here = []
 
     def build(out: Path) -> None:
@@ -88,10 +83,9 @@ def converted(model_dir: str, precision: str) -> Path:
                             f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
             raise ValueError(_FAILED[key])
 
-    final = publish_dir(root / key, "genai_config.json", build)
+    final = publish_kept(root / key, "genai_config.json", build, KEPT_CONVERSIONS)
     if built_here and precision == "float32":  # the builder's own output: a template for models like this one
         record_template(model_dir, final)
-    prune_least_recent(root, keep=final, kept=KEPT_CONVERSIONS)
     return final
 
 

@@ -19,6 +19,7 @@ serves both precisions. Token ids go in and come out, so the IR needs no tokeniz
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.core.files import process_temp_dir, prune_least_recent, publish_dir, weights_fingerprint
+from toolkit.core.files import process_temp_dir, publish_kept, weights_fingerprint
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
 EXPORT_PYTHON_ENV = "POSTTRAIN_OV_EXPORT_PYTHON"
@@ -60,13 +61,16 @@ def ov_unavailable() -> str | None:
 def ov_precision_problem(precision: str) -> str | None:
     """bfloat16 only where the CPU computes it (AMX, AVX-512 BF16): elsewhere OpenVINO would take the
     hint silently and run float32 under the bfloat16 name."""
-    if precision != "bfloat16" or ov_unavailable():
+    if precision != "bfloat16" or ov_unavailable() or _cpu_computes_bf16():
         return None
+    return "engine ov runs bfloat16 only on a CPU that computes it (AMX or AVX-512 BF16); this one does not"
+
+
+@functools.cache
+def _cpu_computes_bf16() -> bool:  # asked by every `auto` at bfloat16: a Core once per process
     import openvino as ov
 
-    if "BF16" not in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
-        return "engine ov runs bfloat16 only on a CPU that computes it (AMX or AVX-512 BF16); this one does not"
-    return None
+    return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
 def exporter_config(config: dict) -> dict:
@@ -81,16 +85,13 @@ def exporter_config(config: dict) -> dict:
 
 
 def converted(model_dir: str) -> Path:
-    """The model's OpenVINO IR (float32 weights), exported once and published with publish_dir."""
+    """The model's OpenVINO IR (float32 weights), exported once and published with publish_kept."""
     import openvino
 
     root = _CACHE[0] if _CACHE else process_temp_dir("posttrain-ov-")
     key = hashlib.sha256(f"{weights_fingerprint(Path(model_dir))}|{openvino.__version__}|{EXPORTER}".encode()).hexdigest()[:20]
     if key in _FAILED:
         raise ValueError(_FAILED[key])
-    if (root / key / "openvino_model.xml").exists():
-        os.utime(root / key)  # recently used: kept by the pruning below
-        return root / key
 
     def build(out: Path) -> None:
         source = out.parent / "source"  # the model folder as the exporter reads it: links and a config
@@ -109,9 +110,7 @@ def converted(model_dir: str) -> Path:
             _FAILED[key] = f"optimum-intel could not export {model_dir}: " + " | ".join(tail)
             raise ValueError(_FAILED[key])
 
-    final = publish_dir(root / key, "openvino_model.xml", build)
-    prune_least_recent(root, keep=final, kept=KEPT_CONVERSIONS)
-    return final
+    return publish_kept(root / key, "openvino_model.xml", build, KEPT_CONVERSIONS)
 
 
 def open_pipeline(conversion: Path, precision: str, threads: int):
