@@ -78,7 +78,9 @@ def test_a_conversion_is_made_once_per_model(tiny_model, tmp_path, engine, marke
         first = convert()
         stamp = (first / marker).stat().st_mtime_ns
         assert convert() == first and (first / marker).stat().st_mtime_ns == stamp
-        templates = [".templates"] if engine == "ort" else []  # the float32 builder's output, checked: a template
+        # the ORT builder's float32 output, checked, is a template; ov's export of the tiny model folds its
+        # unit norms away and is none (test_ov_takes_no_template_from_an_export_that_folded_a_weight_away)
+        templates = [".templates"] if engine == "ort" else []
         assert sorted(p.name for p in (tmp_path / engine).iterdir()) == sorted([first.name, *templates])  # no temp folder
     finally:
         keep_conversions_in(None)
@@ -199,54 +201,75 @@ def test_ort_refuses_weights_laid_out_other_than_its_graph(tiny_model, tmp_path)
         WritableConversion(str(tiny_model), tmp_path, 1, starting=weights)
 
 
-def test_a_conversion_made_from_a_template_is_the_builders_byte_for_byte(tiny_model, tmp_path, monkeypatch):
-    """A second model of a converted architecture (here: the tiny model with other weights) gets its
-    float32 conversion by copying the first's and writing its own weights in, without the builder;
-    every file equals what the builder makes for it. A model whose tokenizer files differ does not
-    take the template."""
-    import filecmp
+def _tiny_with_other_weights(tiny_model, out, seed: int):
+    """The tiny model with every weight moved by its own noise (norms too: an export folds a norm of
+    exactly ones away, and stores equal ones once), saved with the tiny model's other files."""
     import shutil
 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from toolkit.rollouts import ort
-
-    other = tmp_path / "other"
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
+    noise = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.mul_(1.5)
-    model.save_pretrained(other)
+            p.add_(0.05 * torch.randn(p.shape, generator=noise))
+    model.save_pretrained(out)
     for f in tiny_model.iterdir():
-        if not (other / f.name).exists():
-            shutil.copy(f, other / f.name)
-    def no_builder(*args, **kwargs):
-        raise RuntimeError("the builder ran")
+        if not (out / f.name).exists():
+            shutil.copy(f, out / f.name)
 
-    keep_conversions_in(tmp_path / "by-builder")
+
+@pytest.mark.parametrize("engine", ["ort", "ov"])
+def test_a_conversion_made_from_a_template_is_the_converters_byte_for_byte(tiny_model, tmp_path, monkeypatch, engine):
+    """A second model of a converted architecture (here: the tiny model with other weights) gets its
+    float32 conversion by copying the first's and writing its own weights in, without the converter
+    (ONNX Runtime GenAI's builder, optimum-intel's exporter); every file equals what the converter
+    makes for it. A model whose tokenizer files differ does not take the template."""
+    import filecmp
+
+    from toolkit.rollouts import ort, ov
+
+    module = {"ort": ort, "ov": ov}[engine]
+    def convert(model_dir):
+        return ort.converted(str(model_dir), "float32") if engine == "ort" else ov.converted(str(model_dir))
+
+    def no_converter(*args, **kwargs):
+        raise RuntimeError("the converter ran")
+
+    first, other = tmp_path / "first", tmp_path / "other"
+    _tiny_with_other_weights(tiny_model, first, seed=1)
+    _tiny_with_other_weights(tiny_model, other, seed=2)
+    keep_conversions_in(tmp_path / "by-converter")
     try:
-        builders = ort.converted(str(other), "float32")
+        converters = convert(other)
         keep_conversions_in(tmp_path / "templated")
-        ort.converted(str(tiny_model), "float32")  # the builder's, checked: the template
+        convert(first)  # the converter's, checked: the template
         with monkeypatch.context() as patched:
-            patched.setattr(ort.subprocess, "run", no_builder)
-            templated = ort.converted(str(other), "float32")
-        names = sorted(p.name for p in builders.iterdir())
-        assert names == sorted(p.name for p in templated.iterdir()) and "model.onnx.data" in names
-        assert filecmp.cmpfiles(builders, templated, names, shallow=False)[0] == names
+            patched.setattr(module.subprocess, "run", no_converter)
+            templated = convert(other)
+        names = sorted(p.name for p in converters.iterdir())
+        assert names == sorted(p.name for p in templated.iterdir()) and len(names) >= 4
+        assert filecmp.cmpfiles(converters, templated, names, shallow=False)[0] == names
 
-        with torch.no_grad():
-            for p in model.parameters():
-                p.mul_(1.5)
-        model.save_pretrained(other)  # new weights, and now a chat template of its own
+        _tiny_with_other_weights(tiny_model, other, seed=3)  # new weights, and now a chat template of its own
         (other / "chat_template.jinja").write_text((other / "chat_template.jinja").read_text() + "\n")
         with monkeypatch.context() as patched:
-            patched.setattr(ort.subprocess, "run", no_builder)
-            with pytest.raises(RuntimeError, match="the builder ran"):
-                ort.converted(str(other), "float32")
+            patched.setattr(module.subprocess, "run", no_converter)
+            with pytest.raises(RuntimeError, match="the converter ran"):
+                convert(other)
     finally:
         keep_conversions_in(None)
+
+
+def test_ov_takes_no_template_from_an_export_that_folded_a_weight_away(tiny_model):
+    """The tiny model's norms are exactly ones, and the exporter drops a multiplication by ones: its
+    export holds no constant for them, so it cannot take another model's norms and is no template."""
+    from toolkit.rollouts import ov
+    from toolkit.rollouts.ov_layout import exported_weights, weight_layout
+
+    with pytest.raises(ValueError, match="norm.weight in 0 constants"):
+        weight_layout(ov.converted(str(tiny_model)), exported_weights(str(tiny_model)))
 
 
 def test_a_models_weights_are_hashed_once_per_process_until_they_change(tmp_path, monkeypatch):

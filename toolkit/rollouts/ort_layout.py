@@ -13,29 +13,21 @@ reproduce every weight initializer of the builder's own output byte for byte. A 
 does not cover (attention biases, MoE, untied embeddings stored apart, a builder version that lays
 things out differently) fails that check, naming the initializers it could not account for.
 
-Templates: once the builder's float32 output for one model has passed that check
-(`record_template`), another model with the same config, generation config and tokenizer files
-gets a copy of it with its own weights written in (`from_template`). A recipe converts every model
-it evaluates or samples from (about eight SmolLM2-shaped ones in qwen3's demo); the builder takes
-7-10 s each on this CPU, a copy and write about a second (benchmarks/RESULTS.md).
+Templates (toolkit.rollouts.conversions): once the builder's float32 output for one model has passed
+that check (`record_template`), another model of the same architecture key gets a copy of it with
+its own weights written in (`from_template`): about a second for SmolLM2, against the builder's
+7-10 s (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
-from toolkit.core.files import write_json_atomic
+from toolkit.rollouts.conversions import copy_of_template, record
 
 WEIGHT_FREE = {"cos_cache", "sin_cache"}  # rotary tables: computed by the builder, not weights
-TEMPLATES = ".templates"  # <conversions>/.templates/<architecture key>.json: a checked conversion's folder name
-# what the builder reads besides the weights (config.json, generation_config.json) and copies beside
-# the graph (tokenizer, chat template); a model's safetensors index only names its weights
-ARCHITECTURE_SUFFIXES = (".json", ".jinja", ".txt", ".model")
 
 
 def initializer_layout(conversion: Path) -> dict[str, tuple[int, int, tuple[int, ...]]]:
@@ -114,14 +106,15 @@ def _read(data, where: tuple[int, int, tuple[int, ...]]) -> np.ndarray:
     return np.frombuffer(data[offset:offset + length], dtype=np.float32).reshape(shape)
 
 
-def write_tensors(conversion: Path, layout: dict, tensors: dict[str, np.ndarray]) -> None:
-    """Each tensor copied straight into its initializer's bytes in the conversion's data file, through
-    a shared memory map: torch copies a transposed weight in blocks over its threads, with no
-    contiguous copy or byte string between (0.38 s for SmolLM2 here, against 0.66-0.79 s through
-    `tobytes` and `write`). The graph loaded next reads the same pages."""
+def write_tensors(conversion: Path, layout: dict, tensors: dict[str, np.ndarray],
+                  data_file: str = "model.onnx.data") -> None:
+    """Each tensor copied straight into its place (`layout`: name -> offset, bytes, shape) in the
+    conversion's data file, through a shared memory map: torch copies a transposed weight in blocks
+    over its threads, with no contiguous copy or byte string between (0.38 s for SmolLM2 here, against
+    0.66-0.79 s through `tobytes` and `write`). The graph loaded next reads the same pages."""
     import torch
 
-    data = np.memmap(conversion / "model.onnx.data", dtype=np.uint8, mode="r+")
+    data = np.memmap(conversion / data_file, dtype=np.uint8, mode="r+")
     try:
         for name, value in tensors.items():
             offset, length, shape = layout[name]
@@ -133,18 +126,10 @@ def write_tensors(conversion: Path, layout: dict, tensors: dict[str, np.ndarray]
         del data
 
 
-def architecture_key(model_dir: str) -> str:
-    """What a float32 conversion holds besides the weights' values: every small file of the model
-    folder the builder reads or copies. Two models that agree on them convert to the same graph,
-    genai_config.json and tokenizer files, with their own weights in the data file."""
+def _converter() -> str:
     import onnxruntime_genai as og
 
-    digest = hashlib.sha256(f"{og.__version__}|float32".encode())
-    for path in sorted(Path(model_dir).iterdir()):
-        if path.is_file() and path.suffix in ARCHITECTURE_SUFFIXES and not path.name.endswith(".index.json"):
-            digest.update(f"{path.name}|{path.stat().st_size}|".encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:20]
+    return f"onnxruntime-genai {og.__version__}|float32"
 
 
 def record_template(model_dir: str, conversion: Path) -> None:
@@ -155,8 +140,7 @@ def record_template(model_dir: str, conversion: Path) -> None:
     try:
         weights, num_layers = model_weights(model_dir)
         if weights and not mapping_problem(conversion, initializer_layout(conversion), weights, num_layers):
-            write_json_atomic(conversion.parent / TEMPLATES / f"{architecture_key(model_dir)}.json",
-                              {"conversion": conversion.name, "checked_with": str(model_dir)})
+            record(conversion, model_dir, _converter())
     except (ValueError, OSError):  # not float32 in the data file, unreadable weights: no template
         pass
 
@@ -165,22 +149,12 @@ def from_template(model_dir: str, out: Path, root: Path) -> bool:
     """`out` made as the builder would make it, from the recorded template of `model_dir`'s
     architecture key: the template's files copied and this model's weights written in. False (and
     nothing in `out`) when there is no template, it was pruned, or the weights do not fit its layout."""
-    import json
-
-    pointer = root / TEMPLATES / f"{architecture_key(model_dir)}.json"
-    if not pointer.exists():
-        return False
-    template = root / json.loads(pointer.read_text())["conversion"]
-    try:
-        shutil.copytree(template, out)
+    def write(conversion: Path, _recorded: dict) -> None:
         weights, num_layers = model_weights(model_dir)
         tensors = builder_tensors(weights, num_layers)
-        layout = initializer_layout(out)
+        layout = initializer_layout(conversion)
         if set(layout) - WEIGHT_FREE != set(tensors):
             raise ValueError("the weights do not cover the template's initializers")
-        write_tensors(out, layout, tensors)
-        os.utime(template)  # recently used: the cache's pruning keeps it
-        return True
-    except (OSError, KeyError, ValueError):  # pruned while copied, another family, other shapes
-        shutil.rmtree(out, ignore_errors=True)
-        return False
+        write_tensors(conversion, layout, tensors)
+
+    return copy_of_template(model_dir, _converter(), root, out, write)

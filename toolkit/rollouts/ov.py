@@ -5,9 +5,10 @@ bfloat16 on AMX where the CPU has it (`INFERENCE_PRECISION_HINT`).
 Conversion: optimum-intel's exporter traces the HF model into OpenVINO's IR with a stateful KV cache.
 optimum-intel 2.2 pins transformers < 5.6 and posttrain runs transformers 5, so the exporter runs in an
 environment of its own (`make setup` makes `.venv-ov-export` from `infra/ov-export.lock`; another one
-can be named with POSTTRAIN_OV_EXPORT_PYTHON), in a child process, once per model: the conversion is
-kept by the weights' checksum and the two packages' versions (`keep_conversions_in`; as ORT's, the
-four most recently used are kept).
+can be named with POSTTRAIN_OV_EXPORT_PYTHON), in a child process, once per architecture: a later
+model of the same architecture gets a copy of a checked export with its own weights written in
+(toolkit.rollouts.ov_layout). The conversion is kept by the weights' checksum and the two packages'
+versions (`keep_conversions_in`; as ORT's, the four most recently used are kept).
 transformers 4.x reads the RoPE base from a top-level `rope_theta` that transformers 5 saves inside
 `rope_parameters`; without it the exporter builds the graph with 4.x's default base (10,000 instead
 of SmolLM2's 100,000) and no greedy completion matched HF's (0 of 16). The exporter is therefore
@@ -28,6 +29,7 @@ import sys
 from pathlib import Path
 
 from toolkit.core.files import process_temp_dir, publish_kept, weights_fingerprint
+from toolkit.rollouts.ov_layout import from_template, record_template
 from toolkit.rollouts.sampling import THINK_END, SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
 EXPORT_PYTHON_ENV = "POSTTRAIN_OV_EXPORT_PYTHON"
@@ -85,15 +87,21 @@ def exporter_config(config: dict) -> dict:
 
 
 def converted(model_dir: str) -> Path:
-    """The model's OpenVINO IR (float32 weights), exported once and published with publish_kept."""
+    """The model's OpenVINO IR (float32 weights), published with publish_kept: made from the checked
+    template of its architecture where there is one (toolkit.rollouts.ov_layout), else exported."""
     import openvino
 
     root = _CACHE[0] if _CACHE else process_temp_dir("posttrain-ov-")
+    converter = f"openvino {openvino.__version__}|{EXPORTER}"
     key = hashlib.sha256(f"{weights_fingerprint(Path(model_dir))}|{openvino.__version__}|{EXPORTER}".encode()).hexdigest()[:20]
     if key in _FAILED:
         raise ValueError(_FAILED[key])
+    exported_here = []
 
     def build(out: Path) -> None:
+        if from_template(model_dir, out, root, converter):
+            return
+        exported_here.append(out)
         source = out.parent / "source"  # the model folder as the exporter reads it: links and a config
         source.mkdir()
         for item in Path(model_dir).iterdir():
@@ -110,7 +118,10 @@ def converted(model_dir: str) -> Path:
             _FAILED[key] = f"optimum-intel could not export {model_dir}: " + " | ".join(tail)
             raise ValueError(_FAILED[key])
 
-    return publish_kept(root / key, "openvino_model.xml", build, KEPT_CONVERSIONS)
+    final = publish_kept(root / key, "openvino_model.xml", build, KEPT_CONVERSIONS)
+    if exported_here:  # the exporter's own output: a template for models like this one
+        record_template(model_dir, final, converter)
+    return final
 
 
 def open_pipeline(conversion: Path, precision: str, threads: int):
