@@ -83,6 +83,15 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(group(item), len(rank)))  # stable: a file's own order is kept
 
 
+@pytest.fixture(scope="module")
+def prompts():
+    """24 held-out math prompts as chat messages: what the engine tests generate from."""
+    from data_curation.sources import load_rows
+    from toolkit.core.templates import render_prompt
+
+    return [render_prompt("chat", r) for r in load_rows("synthetic_math", "eval", 24, 0, {})]
+
+
 @pytest.fixture(scope="session")
 def home() -> Path:
     return _HOME
