@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.rollouts.conversions import copy_of_template, record
+from toolkit.rollouts.conversions import copy_of_template, model_weights, record, write_tensors
 
 WEIGHT_FREE = {"cos_cache", "sin_cache"}  # rotary tables: computed by the builder, not weights
 
@@ -70,18 +70,6 @@ def builder_tensors(state_dict: dict, num_layers: int) -> dict[str, np.ndarray]:
     return out
 
 
-def model_weights(model_dir: str) -> tuple[dict, int]:
-    """The weights a model directory holds (its safetensors files) and its number of layers."""
-    import json
-
-    from safetensors.torch import load_file
-
-    weights = {}
-    for shard in sorted(Path(model_dir).glob("*.safetensors")):
-        weights.update(load_file(shard))
-    return weights, json.loads((Path(model_dir) / "config.json").read_text())["num_hidden_layers"]
-
-
 def mapping_problem(conversion: Path, layout: dict, weights: dict, num_layers: int) -> str | None:
     """Why `weights`, mapped by builder_tensors, do not reproduce the conversion's weight
     initializers byte for byte (None when they do)."""
@@ -104,26 +92,6 @@ def mapping_problem(conversion: Path, layout: dict, weights: dict, num_layers: i
 def _read(data, where: tuple[int, int, tuple[int, ...]]) -> np.ndarray:
     offset, length, shape = where
     return np.frombuffer(data[offset:offset + length], dtype=np.float32).reshape(shape)
-
-
-def write_tensors(conversion: Path, layout: dict, tensors: dict[str, np.ndarray],
-                  data_file: str = "model.onnx.data") -> None:
-    """Each tensor copied straight into its place (`layout`: name -> offset, bytes, shape) in the
-    conversion's data file, through a shared memory map: torch copies a transposed weight in blocks
-    over its threads, with no contiguous copy or byte string between (0.38 s for SmolLM2 here, against
-    0.66-0.79 s through `tobytes` and `write`). The graph loaded next reads the same pages."""
-    import torch
-
-    data = np.memmap(conversion / data_file, dtype=np.uint8, mode="r+")
-    try:
-        for name, value in tensors.items():
-            offset, length, shape = layout[name]
-            if value.shape != shape:
-                raise ValueError(f"weight {name}: shape {value.shape}, the graph's {shape}")
-            target = np.ndarray(shape, dtype=np.float32, buffer=data, offset=offset)
-            torch.from_numpy(target).copy_(torch.from_numpy(np.asarray(value, dtype=np.float32)))
-    finally:
-        del data
 
 
 def _converter() -> str:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from toolkit.rollouts.conversions import model_weights, write_tensors
 from toolkit.rollouts.ort import converted, open_model
-from toolkit.rollouts.ort_layout import builder_tensors, initializer_layout, mapping_problem, model_weights, write_tensors
+from toolkit.rollouts.ort_layout import builder_tensors, initializer_layout, mapping_problem
 
 
 def plain_state_dict(policy) -> dict:

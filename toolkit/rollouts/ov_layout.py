@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.rollouts.conversions import copy_of_template, record
-from toolkit.rollouts.ort_layout import model_weights, write_tensors
+from toolkit.rollouts.conversions import copy_of_template, model_weights, record, write_tensors
 
 DATA_FILE = "openvino_model.bin"
 
