@@ -32,17 +32,19 @@ QUICK = ["--set", "stages.cold_start.max_steps=4", "--set", "stages.polish.max_s
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow-server")
     url = f"http://127.0.0.1:{free_port()}"
+    log = (root / "server.log").open("w")  # a failing test's first question is what the server said
     proc = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
                              "--port", url.rsplit(":", 1)[1], "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
                              "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 120
     while not healthy(url):
         assert time.time() < deadline and proc.poll() is None, "mlflow server did not come up"
         time.sleep(0.5)
-    yield {"url": url, "artifacts": root / "artifacts"}
+    yield {"url": url, "artifacts": root / "artifacts", "log": root / "server.log"}
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(timeout=60)
+    log.close()
 
 
 def _run(home: Path, url: str, *args: str) -> subprocess.CompletedProcess:
@@ -153,7 +155,10 @@ def test_a_killed_upload_never_turns_ready_and_the_rerun_uploads_again(server, t
     assert str(c.get_logged_model(model.model_id).status) == "PENDING"
     with pytest.raises(ValueError, match="not READY"):
         logged_models.fetch(f"models:/{model.model_id}")
-    rerun = logged_models.ensure_logged_model(run, run, "big", big, "0" * 64, {}, "copy")
+    try:
+        rerun = logged_models.ensure_logged_model(run, run, "big", big, "0" * 64, {}, "copy")
+    except mlflow.exceptions.MlflowException as e:  # a server error says why only in the server's log
+        pytest.fail(f"{e}\nthe server's log ends:\n{server['log'].read_text()[-4000:]}")
     assert rerun != model.model_id and str(c.get_logged_model(rerun).status) == "READY"
 
 
