@@ -25,6 +25,7 @@ from data_curation.report import plot_histogram
 from stages.common import DataSpec, StageBase, TrainingKnobs
 from stages.contracts import StageOutput
 from stages.runtime import last_checkpoint, load_stage_pairs, progress_callback, train_metrics, trainer_args
+from toolkit.core.stats import wilson
 from toolkit.rewards.model_scored import SCOPE_FILE, load_reward_model, scoped, score
 
 
@@ -74,8 +75,10 @@ def pairwise_accuracy(model_dir: str, pairs: list[dict], max_length: int) -> tup
     chosen = score(model, tokenizer, prompts, [p["chosen"] for p in pairs], max_length=max_length)
     rejected = score(model, tokenizer, prompts, [p["rejected"] for p in pairs], max_length=max_length)
     margins = [c - r for c, r in zip(chosen, rejected)]
-    n = max(1, len(margins))
-    return {"rm/pairwise_accuracy": sum(m > 0 for m in margins) / n, "rm/margin_mean": sum(margins) / n,
+    n, right = max(1, len(margins)), sum(m > 0 for m in margins)
+    lo, hi = wilson(right, len(margins))  # a few held-out pairs on demo: 0.44 on 9 says nothing alone
+    return {"rm/pairwise_accuracy": right / n, "rm/pairwise_accuracy_lo": lo, "rm/pairwise_accuracy_hi": hi,
+            "rm/pairwise_accuracy_n": float(len(margins)), "rm/margin_mean": sum(margins) / n,
             "rm/eval_pairs": float(len(margins))}, margins
 
 
@@ -117,7 +120,12 @@ def run(cfg: RewardModelConfig, ctx) -> StageOutput:
         (out / SCOPE_FILE).write_text(json.dumps({"scope": cfg.scope}))  # RewardModelScore checks it
         held, margins = pairwise_accuracy(str(out), test, cfg.max_length)
         metrics.update(held)
+        accuracy = f"{held['rm/pairwise_accuracy']:.2f} [{held['rm/pairwise_accuracy_lo']:.2f}, " \
+                   f"{held['rm/pairwise_accuracy_hi']:.2f}], n = {len(margins)}"
+        if held["rm/pairwise_accuracy_lo"] <= 0.5:
+            print(f"posttrain: WARNING: {cfg.name}: held-out pairwise accuracy {accuracy} does not exclude chance: "
+                  "the rewards this model gives are not shown to prefer the chosen responses", flush=True)
         plot_histogram(margins, ctx.output_dir / "rm_margins.png", "score(chosen) - score(rejected)",
-                       "held-out pairs", f"{cfg.name}: pairwise accuracy {held['rm/pairwise_accuracy']:.2f}")
+                       "held-out pairs", f"{cfg.name}: pairwise accuracy {accuracy}")
         artifacts.append("rm_margins.png")
     return StageOutput(outputs={"model": "model"}, metrics=metrics, artifacts=artifacts)

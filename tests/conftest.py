@@ -53,6 +53,24 @@ HEAVIEST_FILES = ["test_named_recipes", "test_crash_and_concurrency", "test_laun
 SAME_WORKER = {"test_ui_browser": "test_named_recipes"}
 
 
+# What a suite writes at its peak: 4.5 GB above the disk's use before it (make test, 2026-12-06, df
+# every 5 s), mostly stage outputs in the homes and the killed-upload test's 300 MB file, sent twice
+# to an MLflow server. A full disk shows up far from its cause (CI once failed on an MLflow server's
+# "too many 500 error responses" with 4.6 GB free), so the suite refuses to start without this much.
+SUITE_DISK_BYTES = 6 << 30
+
+
+def pytest_configure(config):
+    tmp = tempfile.gettempdir()
+    free = shutil.disk_usage(tmp).free
+    if not _WORKER and free < SUITE_DISK_BYTES:
+        if _HOME_MADE_HERE:
+            shutil.rmtree(_HOME, ignore_errors=True)
+        pytest.exit(f"the test suite writes about 5 GB under {tmp} and needs {SUITE_DISK_BYTES >> 30} GiB free "
+                    f"there; {free / 2**30:.1f} GiB are (old posttrain homes and pytest-of-* folders are the "
+                    f"usual culprits)", returncode=4)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """The home this process made goes when its tests pass (a suite's homes came to 3 GB, and a dev
     machine that runs the suite often filled its disk with them); after a failure it stays, to read."""

@@ -25,10 +25,11 @@ def _artifacts(stage) -> set[str]:
 def test_reward_model_learns_the_preference_under_deepspeed(rlhf_run):
     rm = rlhf_run["rm"]
     assert rm["metrics"]["rm/pairwise_accuracy"] > 0.8 and rm["metrics"]["rm/eval_pairs"] >= 20
+    assert rm["metrics"]["rm/pairwise_accuracy_lo"] > 0.5  # its interval excludes chance
     assert "eval/accuracy" not in rm["metrics"]  # a classifier is not evaluated as a policy
     assert "rm_margins.png" in _artifacts(rm)
     log = (Path(rm["output_dir"]) / "worker.log").read_text()
-    assert "--num_gpus 2" in log and "dist_world_size=2" in log
+    assert "--num_gpus 2" in log and "dist_world_size=2" in log and "does not exclude chance" not in log
 
 
 def test_dpo_logs_its_preference_metrics(rlhf_run):

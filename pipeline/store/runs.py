@@ -138,7 +138,7 @@ def held_out(metrics: dict) -> dict[str, float]:
     Reward internals (errors, Nones, std) and counts stay in MLflow."""
     return {k: v for k, v in metrics.items()
             if (k.startswith("eval/") and "/rewards/" not in k and k not in ("eval/n", "eval/unjudged"))
-            or k in ("rm/pairwise_accuracy", "rm/margin_mean") or k.startswith("distill/kl")}
+            or k.startswith("rm/pairwise_accuracy") or k == "rm/margin_mean" or k.startswith("distill/kl")}
 
 
 def headline(metrics: dict) -> list[str]:
