@@ -24,8 +24,9 @@ from pydantic import Field
 from data_curation.report import plot_histogram
 from stages.common import DataSpec, StageBase, TrainingKnobs
 from stages.contracts import StageOutput
+from stages.eval_modes import with_interval
 from stages.runtime import last_checkpoint, load_stage_pairs, progress_callback, train_metrics, trainer_args
-from toolkit.core.stats import wilson
+from toolkit.core.stats import rate_interval
 from toolkit.rewards.model_scored import SCOPE_FILE, load_reward_model, scoped, score
 
 
@@ -75,11 +76,10 @@ def pairwise_accuracy(model_dir: str, pairs: list[dict], max_length: int) -> tup
     chosen = score(model, tokenizer, prompts, [p["chosen"] for p in pairs], max_length=max_length)
     rejected = score(model, tokenizer, prompts, [p["rejected"] for p in pairs], max_length=max_length)
     margins = [c - r for c, r in zip(chosen, rejected)]
-    n, right = max(1, len(margins)), sum(m > 0 for m in margins)
-    lo, hi = wilson(right, len(margins))  # a few held-out pairs on demo: 0.44 on 9 says nothing alone
-    return {"rm/pairwise_accuracy": right / n, "rm/pairwise_accuracy_lo": lo, "rm/pairwise_accuracy_hi": hi,
-            "rm/pairwise_accuracy_n": float(len(margins)), "rm/margin_mean": sum(margins) / n,
-            "rm/eval_pairs": float(len(margins))}, margins
+    held = {"rm/margin_mean": sum(margins) / max(1, len(margins)), "rm/eval_pairs": float(len(margins))}
+    # with its interval: a few held-out pairs on demo, and 0.44 on 9 says nothing alone
+    with_interval(held, "rm/pairwise_accuracy", rate_interval([float(m > 0) for m in margins]))
+    return held, margins
 
 
 def run(cfg: RewardModelConfig, ctx) -> StageOutput:
@@ -120,9 +120,9 @@ def run(cfg: RewardModelConfig, ctx) -> StageOutput:
         (out / SCOPE_FILE).write_text(json.dumps({"scope": cfg.scope}))  # RewardModelScore checks it
         held, margins = pairwise_accuracy(str(out), test, cfg.max_length)
         metrics.update(held)
-        accuracy = f"{held['rm/pairwise_accuracy']:.2f} [{held['rm/pairwise_accuracy_lo']:.2f}, " \
-                   f"{held['rm/pairwise_accuracy_hi']:.2f}], n = {len(margins)}"
-        if held["rm/pairwise_accuracy_lo"] <= 0.5:
+        rate = "rm/pairwise_accuracy"
+        accuracy = f"{held[rate]:.2f} [{held[rate + '_lo']:.2f}, {held[rate + '_hi']:.2f}], n = {len(margins)}"
+        if held[rate + "_lo"] <= 0.5:
             print(f"posttrain: WARNING: {cfg.name}: held-out pairwise accuracy {accuracy} does not exclude chance: "
                   "the rewards this model gives are not shown to prefer the chosen responses", flush=True)
         plot_histogram(margins, ctx.output_dir / "rm_margins.png", "score(chosen) - score(rejected)",
