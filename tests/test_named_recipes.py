@@ -99,8 +99,8 @@ def test_qwen3_fuses_thinking_modes_rewards_flags_and_distils_both_modes(qwen3):
     assert off["distill/traces_kept/think"] + off["distill/traces_kept/no_think"] == off["distill/traces_kept"]
     plan = json.loads((_out(stages["distill_on"]) / "stage_config.json").read_text())
     assert plan["inputs"]["student"].startswith(stages["distill_off"]["output_dir"])
-    # on-policy: unflagged prompts beside both flags, forward KL (the recipe's departures)
-    assert plan["config"]["thinking_modes"] == ["think", "no_think", "default"] and plan["config"]["beta"] == 0.0
+    # on-policy: unflagged prompts beside both flags (the recipe's departure), reverse KL
+    assert plan["config"]["thinking_modes"] == ["think", "no_think", "default"] and plan["config"]["beta"] == 1.0
     # The pipeline's parent run compares the stages: headline bars and accuracy against budget.
     client = mlflow.MlflowClient(tracking_uri())
     artifacts = {a.path for a in client.list_artifacts(qwen3["mlflow_run_id"])}
