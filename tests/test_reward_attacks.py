@@ -192,6 +192,16 @@ TEXT_ATTACKS = {
                                           json.dumps([{"type": "forbidden_words", "words": ["tea"]}])),
     "ifeval_forbidden_word_zero_width": ("ifeval_constraints", {}, "I like te\u200ba", "I like tea",
                                          json.dumps([{"type": "forbidden_words", "words": ["tea"]}])),
+    # qwen3's general RL on demo paid this in full and taught /no_think a stray `</think>` (RESULTS.md)
+    "ifeval_checked_past_a_lone_close": (
+        "ifeval_constraints", {}, "<think>\n\n</think>\n\n- a\n- b\n- c\n\n</think>\n\ni hope this helps.",
+        "<think>\n\n</think>\n\n- a\n- b\n\ni hope this helps.",
+        json.dumps([{"type": "bullets", "count": 3}, {"type": "ends_with", "text": "i hope this helps."}])),
+    "ifeval_keyword_in_unclosed_thinking": ("ifeval_constraints", {}, "<think>tea, tea and tea", "<think>so</think> coffee",
+                                            json.dumps([{"type": "keywords", "words": ["tea"]}])),
+    "code_read_past_a_lone_close": (
+        "code_exec", {"timeout_s": 4}, "<think>```python\ndef f(x):\n    return x + 1\n```</think> so </think> done",
+        completion(WRONG[ASSERTS]), ASSERTS),
     "ifeval_language_hidden_in_code": (
         "ifeval_constraints", {}, "`we reason in English here and add much more text to fill the line` 好",
         "we reason in English here", json.dumps([{"type": "language", "language": "zh"}])),
@@ -298,6 +308,16 @@ def test_a_length_reward_that_reads_the_answer_where_accuracy_does_validates():
     from pipeline.recipe import load_recipe
 
     load_recipe("r1_zero", "tiny", [R1_ZERO % "{name: cosine_length, params: {answer_tags: true}}"])
+
+
+def test_a_reward_models_answer_view_is_never_read_past_a_stray_close():
+    from toolkit.rewards.model_scored import scoped
+
+    # qwen3's demo reward model paid 0.145 more for this than for the answer alone (RESULTS.md)
+    assert scoped("<think>\n\n</think>\n\nThe answer is 5.</think>\n\nThe answer is 5.", "answer") is None
+    assert scoped("<think>\nplan</think>\n\nThe answer is 5.", "answer") == "The answer is 5."
+    assert scoped("It is 5.", "answer") == "It is 5."  # no thinking tags: the whole text is the answer
+    assert scoped("<think>\nplan, never closed", "answer") is None
 
 
 def test_a_reward_model_is_applied_with_the_scope_it_was_trained_on(tmp_path):

@@ -66,8 +66,10 @@ def answer_region(text: str, answer_tags: bool = False, after_think: bool | None
     """The part of a completion the answer is read from; None when the template's place for it is
     missing or ambiguous (with after_think or answer_tags: not exactly one closed thinking block,
     see `one_closed_thinking`; with answer_tags: no `<answer>` block after it). `after_think=None`
-    (held-out evaluation): after the thinking when the completion has thinking tags, else anywhere,
-    so a model that never thinks is read whole and one that does is never read inside its thinking."""
+    (held-out evaluation, and the rewards that judge an answer in any template: instruction
+    constraints, code, a reward model's answer view): after the thinking when the completion has
+    thinking tags, else anywhere, so a model that never thinks is read whole and one that does is
+    never read inside its thinking, nor past a stray second `</think>`."""
     if after_think is None:
         after_think = "<think>" in text or "</think>" in text
     if after_think or answer_tags:

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
-from toolkit.core.text import split_thinking
+from toolkit.core.text import answer_region
 from toolkit.rewards import harness
 from toolkit.rewards.base import Reward, completion_text
 from toolkit.rewards.sandbox import SANDBOX_TAG, Limits, require_sandbox, run_python, sandbox_python
@@ -40,7 +40,12 @@ COUNTERS = ("sandbox_runs", "timeouts", "memory_kills", "harness_errors", "outpu
 
 
 def extract_code(text: str) -> str:
-    _, answer = split_thinking(text)
+    """The last fenced block of the answer (the answer itself when it has none); no code when the
+    thinking is unclosed or its tags are out of order, so a stray `</think>` cannot hand the tests
+    code written inside the thinking."""
+    answer = answer_region(text, after_think=None)
+    if answer is None:
+        return ""
     blocks = FENCE.findall(answer)
     return blocks[-1] if blocks else answer
 

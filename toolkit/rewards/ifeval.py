@@ -3,7 +3,12 @@
 The row's `answer` is a JSON list of constraints, e.g.
     [{"type": "word_count", "min": 50, "max": 120}, {"type": "keywords", "words": ["tea"]},
      {"type": "json"}, {"type": "lowercase"}, {"type": "bullets", "count": 3}, {"type": "language", "language": "en"}]
-Only the answer part (after </think>) is checked.
+Only the answer is checked: the text after the one closed thinking block when the completion has
+thinking tags (the whole text when it has none). With the tags out of order (a stray second
+`</think>`) or the thinking unclosed there is no answer, and the row scores 0: checked as the whole
+text, a stray tag let the thinking count toward the constraints, and in qwen3's general RL on demo
+"- a\n- b\n- c\n\n</think>\n\ni hope this helps." was paid in full (the seventeenth run's /no_think
+break, RESULTS.md).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import re
 import unicodedata
 
 from toolkit.core.language import consistency
-from toolkit.core.text import split_thinking
+from toolkit.core.text import answer_region
 from toolkit.rewards.base import Reward, completion_text
 
 # Letters of other scripts that look like Latin ones (Unicode's confusables for Cyrillic and Greek,
@@ -82,13 +87,18 @@ class IfevalConstraints(Reward):
     name = "ifeval_constraints"
 
     def __init__(self):
-        super().__init__("unjudged")
+        super().__init__("unjudged", "no_answer")
 
     def __call__(self, prompts=None, completions=(), answer=(), **_) -> list[float | None]:
         out: list[float | None] = []
         for c, spec in zip(completions, answer):
-            _, response = split_thinking(completion_text(c))
-            value = check_constraints(response, json.loads(spec)) if spec else None
+            constraints = json.loads(spec) if spec else []
+            response = answer_region(completion_text(c), after_think=None)
+            if response is None and constraints:  # thinking unclosed or its tags out of order
+                value = 0.0
+                self.counters["no_answer"] += 1
+            else:
+                value = check_constraints((response or "").strip(), constraints)
             self.counters["unjudged"] += value is None
             out.append(value)
         return out

@@ -4,7 +4,8 @@ reward `reward_model` (R1 stage 4 / Qwen3 stage 4: model-scored RL).
 
 `scope: full` scores the whole response, thinking included (R1: harmlessness); `scope: answer`
 scores only the part after `</think>` (R1: helpfulness is judged on the final summary). A response
-whose thinking never closed has no answer, and scores None under `answer` scope.
+whose thinking never closed, or whose tags are out of order, has no answer, and scores None under
+`answer` scope.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from pathlib import Path
 
 from toolkit.core.loading import whole_model
-from toolkit.core.thinking import response_only
+from toolkit.core.text import answer_region
 
 
 def load_reward_model(model_dir: str, device: str | None = None, trust_remote_code: bool = False):
@@ -42,11 +43,14 @@ def trained_scope(model_dir: str) -> str | None:
 
 
 def scoped(response: str, scope: str) -> str | None:
+    """The view of a response the reward model judges. The answer view is the text after the one
+    closed thinking block (the whole text without thinking tags); None when the thinking is unclosed
+    or its tags are out of order: read past a stray `</think>`, qwen3's demo reward model paid 0.145
+    more for an answer repeated after one, on 47 of 47 such /no_think answers (RESULTS.md)."""
     if scope == "full":
         return response
-    if "<think>" in response and "</think>" not in response:
-        return None
-    return response_only(response).strip()
+    answer = answer_region(response, after_think=None)
+    return answer.strip() if answer is not None else None
 
 
 def score(model, tokenizer, prompts: list[list[dict]], responses: list[str], scope: str = "full",
