@@ -53,6 +53,11 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
     run_id = spec.mlflow_run_id
     spool = Path(spec.output_dir) / mlflow_runs.SPOOL
     ctx = StageContext(spec=spec, make_callbacks=lambda: [mlflow_runs.step_logger(run_id, spool)] if run_id else [])
+    # Every process seeds itself from the stage's seed before any weight is made: a reward model's
+    # score head and LoRA's A matrices are drawn when the model is built, before the trainer seeds
+    from transformers import set_seed
+
+    set_seed(getattr(cfg, "seed", 0))
     started = time.time()
     output = kind.run(cfg, ctx)
     if not ctx.is_main:

@@ -69,6 +69,8 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
         None, description="drop groups whose total reward is constant, or (DAPO) whose success reward is all 0 or "
         "all 1; None = the variant's: accuracy for dapo, as the paper filters, reward otherwise")
     mask_truncated: bool | None = Field(None, description="drop truncated completions from the loss")
+    log_completions: bool = Field(False, description="keep every step's rollouts (prompt, completion, each reward, "
+                                  "the advantage) as completions/completions_<step>.parquet in the stage's output")
     sampler: SamplerKind = "random"
     difficulty_key: Literal["difficulty", "pass_rate"] = Field(
         "difficulty", description="curriculum order: the difficulty label, or a measured pass rate (high = easy)")
@@ -220,7 +222,8 @@ def trl_config(cfg: GRPOConfig, ctx):
         reward_weights=[r.weight for r in cfg.rewards],
         sync_ref_model=bool(cfg.ref_reset_steps), ref_model_mixup_alpha=1.0,  # alpha 1 = a hard reset
         ref_model_sync_steps=cfg.ref_reset_steps or 512,
-        model_init_kwargs={"trust_remote_code": cfg.trust_remote_code}, log_completions=False,
+        model_init_kwargs={"trust_remote_code": cfg.trust_remote_code},
+        log_completions=cfg.log_completions, num_completions_to_print=0,  # parquet only, no console table
     )
 
 
@@ -273,6 +276,9 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
     metrics.update(mix_metrics)
     if ctx.is_main and plot_curves(trainer.state.log_history, ctx.output_dir / "rl_curves.png"):
         artifacts.append("rl_curves.png")
+    if ctx.is_main and (logged := ctx.checkpoint_dir / "completions").is_dir():  # TRL writes them beside checkpoints
+        logged.rename(ctx.output_dir / "completions")
+        artifacts.append("completions")
     return StageOutput(outputs={"model": "model"}, metrics=metrics, artifacts=artifacts, tags=reward_tags(rewards))
 
 

@@ -210,7 +210,8 @@ def test_r1_zero_end_to_end_logs_reward_curves(tmp_path):
     import mlflow
 
     home = tmp_path / "home"
-    proc = run_cli("run", "r1_zero", "--profile", "tiny", env_home=home, timeout=900)
+    proc = run_cli("run", "r1_zero", "--profile", "tiny", "--set", "stages.zero_rl.log_completions=true",
+                   env_home=home, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
     runs = client.search_runs(client.get_experiment_by_name("posttrain/r1_zero").experiment_id,
@@ -222,6 +223,14 @@ def test_r1_zero_end_to_end_logs_reward_curves(tmp_path):
         assert len(client.get_metric_history(run_id, key)) == 6, key  # one point per step (tiny: 6 steps)
     assert "eval/accuracy" in runs[0].data.metrics
     assert "rl_curves.png" in [a.path for a in client.list_artifacts(run_id)]
+    # every step's rollouts, kept past the checkpoints the published stage drops
+    logged = sorted(a.path for a in client.list_artifacts(run_id, "completions"))
+    assert logged == [f"completions/completions_{step:05d}.parquet" for step in range(1, 7)]
+    import pandas as pd
+
+    step = pd.read_parquet(client.download_artifacts(run_id, logged[-1], str(tmp_path)))
+    assert {"prompt", "completion", "accuracy_math", "format_think", "advantage"} <= set(step.columns)
+    assert len(step) > 0 and step["advantage"].notna().all()
 
 
 def test_dapo_with_dynamic_sampling_runs_on_two_deepspeed_ranks(tmp_path, monkeypatch):

@@ -96,3 +96,24 @@ def test_a_killed_stage_resumes_from_its_last_checkpoint(kind, tmp_path, tiny_mo
         # sampled at temperature 0.8: sampling again would train the second half on other traces
         assert traces_before is not None and traces.read_text() == traces_before
         assert "distill/traces_kept" in metrics
+
+
+def test_a_stage_that_initialises_weights_is_reproducible(tmp_path, tiny_model, pairs_file, monkeypatch):
+    """A reward model's score head starts random: two workers with the same config train the same
+    model. Fresh interpreters, as two flows' workers are (workers forked from one flow's warm server
+    share its RNG state): qwen3's demo reward model came out different in two runs from the same
+    pairs and config before the worker seeded itself."""
+    import hashlib
+
+    monkeypatch.setenv("POSTTRAIN_WARM_WORKERS", "0")
+    digests = []
+    for attempt in ("first", "second"):
+        name, cfg, inputs = _stage("reward_model", str(tiny_model), "", pairs_file)
+        out = tmp_path / attempt
+        out.mkdir()
+        spec = out / "spec.json"
+        spec.write_text(json.dumps({"kind": name, "stage": {**cfg.model_dump(mode="json"), "max_steps": 4},
+                                    "eval": None, "output_dir": str(out), "inputs": inputs}))
+        run_worker(spec, LaunchSpec(), tmp_path / f"{attempt}.log", env={})
+        digests.append(hashlib.sha256((out / "model" / "model.safetensors").read_bytes()).hexdigest())
+    assert digests[0] == digests[1]

@@ -244,7 +244,10 @@ def log_stage_output(run_id: str, output_dir: Path, output, table: list[dict] | 
         c.log_table(run_id, data={k: [str(r[k]) for r in table] for k in table[0]}, artifact_file="eval_samples.json")
     c.log_artifact(run_id, str(output_dir / "stage_config.json"))
     for name in output.artifacts:
-        c.log_artifact(run_id, str(output_dir / name))
+        if (output_dir / name).is_dir():
+            c.log_artifacts(run_id, str(output_dir / name), artifact_path=name)
+        else:
+            c.log_artifact(run_id, str(output_dir / name))
     for name, columns in output.tables.items():
         c.log_table(run_id, data=columns, artifact_file=name)
     for p in (output_dir / "model").glob("*"):
