@@ -18,6 +18,7 @@ from pathlib import Path
 from pipeline.launch.processes import die_with_parent
 from pipeline.store.home import home
 from pipeline.tracking import mlflow_runs
+from stages.common import TrainingKnobs
 from stages.contracts import StageOutput, WorkerSpec
 from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, EvalSpec, evaluate, evaluate_once
 from stages.registry import STAGE_KINDS
@@ -53,11 +54,13 @@ def run_spec(spec: WorkerSpec) -> StageOutput | None:
     run_id = spec.mlflow_run_id
     spool = Path(spec.output_dir) / mlflow_runs.SPOOL
     ctx = StageContext(spec=spec, make_callbacks=lambda: [mlflow_runs.step_logger(run_id, spool)] if run_id else [])
-    # Every process seeds itself from the stage's seed before any weight is made: a reward model's
-    # score head and LoRA's A matrices are drawn when the model is built, before the trainer seeds
-    from transformers import set_seed
+    if isinstance(cfg, TrainingKnobs):
+        # A training stage's process seeds itself from the stage's seed before any weight is made: a
+        # reward model's score head and LoRA's A matrices are drawn as the model is built, before the
+        # trainer seeds. (Data stages import no torch at all.)
+        from transformers import set_seed
 
-    set_seed(getattr(cfg, "seed", 0))
+        set_seed(cfg.seed)
     started = time.time()
     output = kind.run(cfg, ctx)
     if not ctx.is_main:
