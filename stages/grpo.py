@@ -276,8 +276,11 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
     metrics.update(mix_metrics)
     if ctx.is_main and plot_curves(trainer.state.log_history, ctx.output_dir / "rl_curves.png"):
         artifacts.append("rl_curves.png")
-    if ctx.is_main and (logged := ctx.checkpoint_dir / "completions").is_dir():  # TRL writes them beside checkpoints
-        logged.rename(ctx.output_dir / "completions")
+    if ctx.is_main and cfg.log_completions:  # TRL writes them beside the checkpoints, which publishing drops
+        kept = ctx.output_dir / "completions"
+        kept.mkdir(exist_ok=True)  # may hold an interrupted try's steps already
+        for step in (ctx.checkpoint_dir / "completions").glob("*.parquet"):
+            step.replace(kept / step.name)
         artifacts.append("completions")
     return StageOutput(outputs={"model": "model"}, metrics=metrics, artifacts=artifacts, tags=reward_tags(rewards))
 
