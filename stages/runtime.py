@@ -138,18 +138,20 @@ def load_stage_pairs(data: dict) -> list[dict]:
 
 
 def last_checkpoint(ctx: StageContext) -> str | None:
-    """The newest whole checkpoint. HF writes trainer_state.json last, so a checkpoint without it
-    was cut short by a crash mid-save: removed. Every checkpoint gets a checksum manifest right after
-    it is saved (progress_callback), so one whose files were truncated, zeroed or lost since is
-    moved aside (`checkpoint-N.corrupt-<time>`, named in a warning) and the one before it resumed
-    from. A checkpoint without a manifest (written before manifests existed) is taken as it is."""
+    """The newest whole checkpoint. HF writes trainer_state.json last (and not atomically), so a
+    checkpoint without it, or with one that does not parse, was cut short by a crash mid-save:
+    removed. Every checkpoint gets a checksum manifest right after it is saved (progress_callback),
+    so one whose files were truncated, zeroed or lost since is moved aside
+    (`checkpoint-N.corrupt-<time>`, named in a warning) and the one before it resumed from. A
+    checkpoint without a manifest (killed before it was written, or written before manifests
+    existed) is taken as it is when its trainer state parses."""
     import shutil
 
     if not ctx.checkpoint_dir.is_dir():
         return None
     found = sorted((p for p in ctx.checkpoint_dir.glob("checkpoint-*") if p.name.removeprefix("checkpoint-").isdigit()),
                    key=lambda p: checkpoint_step(str(p)))
-    complete = [p for p in found if (p / "trainer_state.json").exists()]
+    complete = [p for p in found if state_written(p)]
     if ctx.is_main:
         for p in found:
             if p not in complete:
@@ -167,6 +169,14 @@ def last_checkpoint(ctx: StageContext) -> str | None:
         if ctx.is_main:  # every rank reaches the same verdict; one moves it
             quarantine(p)
     return None
+
+
+def state_written(checkpoint: Path) -> bool:
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def checkpoint_step(path: str | None) -> int:
