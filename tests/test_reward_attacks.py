@@ -320,6 +320,26 @@ def test_a_reward_models_answer_view_is_never_read_past_a_stray_close():
     assert scoped("<think>\nplan, never closed", "answer") is None
 
 
+def test_a_response_the_reward_model_cannot_read_scores_no_more_than_any_it_can(tmp_path, tiny_model):
+    """A real (random-headed) reward model: an answer it cannot read gets min(0, the batch's lowest),
+    so a broken layout never beats a scored answer, whichever sign the model's scores take."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    rm = AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=1)
+    rm.config.pad_token_id = tokenizer.pad_token_id
+    rm.save_pretrained(tmp_path / "rm")
+    tokenizer.save_pretrained(tmp_path / "rm")
+    reward = get_reward("reward_model", model=str(tmp_path / "rm"), scope="answer")
+    readable = ["<think>a</think> It is 5.", "<think>b</think> It is 6, I think.", "The answer is 7."]
+    unreadable = ["<think>a</think> It is 5.</think> It is 5.", "<think>never closed, 5"]
+    values = reward(prompts=["q"] * 5, completions=readable + unreadable)
+    assert values[3] == values[4] == min(0.0, *values[:3])
+    assert reward.counters["unscored"] == 2
+
+
 def test_a_reward_model_is_applied_with_the_scope_it_was_trained_on(tmp_path):
     from pipeline.recipe import RecipeError, load_recipe
     from stages.reward_model import scoped_pairs

@@ -7,8 +7,9 @@ by weight in the stage's `rewards`.
 The model is loaded lazily on the first call, on the rollout's device, and dropped when the reward
 is pickled (TRL's rollout workers pickle reward functions), so validation never loads it. Scores
 are raw reward-model logits, not clipped: their scale is the reward model's. Counters: `scored`,
-`unscored` (answer scope with an unclosed thinking block) and `score_ms` (time spent scoring), from
-which the stage reports completions scored per second.
+`unscored` (answer scope with no answer to read: the thinking unclosed or its tags out of order;
+such a response gets the lower of 0 and the batch's lowest score) and `score_ms` (time spent
+scoring), from which the stage reports completions scored per second.
 """
 
 from __future__ import annotations
@@ -49,4 +50,8 @@ class RewardModelScore(Reward):
         self.counters["score_ms"] += int(1000 * (time.perf_counter() - started))
         self.counters["scored"] += sum(v is not None for v in values)
         self.counters["unscored"] += sum(v is None for v in values)
-        return values
+        # No answer to read (thinking unclosed, tags out of order): the lower of 0 and the batch's
+        # lowest score. None would add nothing to the summed reward, which pays a broken layout more
+        # than an answer a reward model scores below 0.
+        unread = min([0.0, *(v for v in values if v is not None)])
+        return [unread if v is None else v for v in values]
