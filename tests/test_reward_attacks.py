@@ -259,6 +259,12 @@ def test_the_language_counter_is_linear():
         assert time.perf_counter() - started < 2.0, unit  # it took ~10 s when quadratic
 
 
+def test_an_unknown_constraint_is_refused_even_when_the_answer_cannot_be_read():
+    reward = get_reward("ifeval_constraints")
+    with pytest.raises(ValueError, match="unknown constraint types"):
+        reward(completions=["<think>never closed"], answer=[json.dumps([{"type": "rhymes"}])])
+
+
 def test_an_empty_constraint_list_is_unjudged_not_a_pass():
     reward = get_reward("ifeval_constraints")
     assert reward(completions=["anything"], answer=["[]"]) == [None]

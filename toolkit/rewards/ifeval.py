@@ -73,13 +73,16 @@ CHECKS = {
 }
 
 
-def check_constraints(response: str, constraints: list[dict]) -> float | None:
-    """The share of constraints the response obeys; None for an empty list (nothing to judge)."""
+def check_constraints(response: str | None, constraints: list[dict]) -> float | None:
+    """The share of constraints the response obeys; None for an empty list (nothing to judge); 0 for
+    no response (no answer where the template puts it). Unknown types are refused either way."""
     unknown = [c.get("type") for c in constraints if c.get("type") not in CHECKS]
     if unknown:
         raise ValueError(f"ifeval_constraints: unknown constraint types {unknown}; known: {sorted(CHECKS)}")
     if not constraints:
         return None
+    if response is None:
+        return 0.0
     return sum(bool(CHECKS[c["type"]](response, c)) for c in constraints) / len(constraints)
 
 
@@ -92,13 +95,10 @@ class IfevalConstraints(Reward):
     def __call__(self, prompts=None, completions=(), answer=(), **_) -> list[float | None]:
         out: list[float | None] = []
         for c, spec in zip(completions, answer):
-            constraints = json.loads(spec) if spec else []
-            response = answer_region(completion_text(c), after_think=None)
-            if response is None and constraints:  # thinking unclosed or its tags out of order
-                value = 0.0
-                self.counters["no_answer"] += 1
-            else:
-                value = check_constraints((response or "").strip(), constraints)
+            response = answer_region(completion_text(c), after_think=None)  # None: unclosed, tags out of order
+            value = check_constraints(response.strip() if response is not None else None,
+                                      json.loads(spec) if spec else [])
+            self.counters["no_answer"] += response is None and value is not None
             self.counters["unjudged"] += value is None
             out.append(value)
         return out
