@@ -20,11 +20,18 @@ def bomb() -> str:
     return "\n".join(lines) + "\n"
 
 
+def thin_bomb() -> str:
+    """30 aliases, under the alias limit, each doubling the one before: 2^31 values once expanded."""
+    lines = ["a0: &a0 [x, x]"] + [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 31)]
+    return "\n".join(lines) + "\n"
+
+
 CASES = {  # name: (file content, or a callable making the path, expected message part)
     "name_is_a_path": (SMOKE.replace("name: smoke", "name: ../../escape"), "name: String should match pattern"),
     "name_with_a_slash": (SMOKE.replace("name: smoke", "name: a/b"), "name: String should match pattern"),
     "empty_name": (SMOKE.replace("name: smoke", 'name: ""'), "name: String should match pattern"),
     "alias_bomb": (bomb(), "aliases; a recipe has no use for that many"),
+    "thin_alias_bomb": (thin_bomb(), "its aliases expand it past 1,000,000 values"),
     "deep_nesting": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 64 levels deep"),
     "duplicate_keys": (SMOKE.replace("name: smoke", "name: smoke\nname: other"), "key 'name' is given twice (first at line"),
     "bool_for_a_number": (SMOKE.replace("max_steps: 100", "max_steps: true"), "max_steps is a number, not true"),
@@ -67,6 +74,16 @@ def test_set_values_are_checked_like_files():
     value = "[" + ",".join(["&a [1]"] + ["*a"] * 80) + "]"
     done = run_cli("validate", "smoke", "--profile", "tiny", "--set", f"stages.polish.max_steps={value}", timeout=120)
     assert done.returncode == 2 and "--set stages.polish.max_steps" in done.stderr and "aliases" in done.stderr
+
+
+def test_an_override_of_a_stage_that_shares_an_anchor_changes_that_stage_alone(tmp_path):
+    from pipeline.recipe import load_recipe
+
+    shared = "  - &sft {name: a, kind: sft, model: base, data: {source: synthetic_math, n: 8, seed: 1}}\n"
+    path = tmp_path / "anchored.yaml"
+    path.write_text(SMOKE[:SMOKE.index("stages:")] + "stages:\n" + shared + "  - {<<: *sft, name: b}\n")
+    stages = load_recipe(str(path), "tiny", ["stages.b.data.seed=9"]).recipe.stages
+    assert [s.data.seed for s in stages] == [1, 9]  # safe_load shares the anchor's `data` between both
 
 
 def test_gc_refuses_a_negative_count():
