@@ -1,0 +1,118 @@
+"""Where a step of on-policy distillation (`distill`, `mode: on_policy`: TRL's GKD) spends its time on
+this CPU, and what ONNX Runtime GenAI would save if it sampled the student's completions (issue: fast
+generation). One run, the profile's student and teacher, qwen3's demo `distill_on` shape: 4 prompts a
+step of levels 1-3 in its three modes, 64 new tokens, temperature 0.9.
+
+Per step, each part timed on its own (the first step is a warm-up and not counted):
+- the student's HF `generate`, as TRL's GKD trainer calls it (whole distribution, KV cache);
+- the teacher's forward pass over prompt and completion;
+- the student's forward, a reverse KL to the teacher, backward and an AdamW step;
+- ONNX Runtime GenAI sampling the same prompts (`ort_sampler`, the sampler of GRPO's `rollout: ort`);
+- writing the student's weights into its graph and loading it again (`WritableConversion.load`),
+  which a trainer would pay every step because the student changes every step.
+Printed: seconds per part, and the step with ORT (sample + refresh) against the step with HF.
+
+    .venv/bin/python benchmarks/bench_gkd_step.py [--profile demo] [--steps 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from data_curation.sources import load_rows
+from pipeline.models.named import resolve_model
+from pipeline.recipe import load_recipe
+from pipeline.store.home import configure_environment
+from toolkit.core.thinking import flag_messages
+from toolkit.rollouts import render, thread_budget
+from toolkit.rollouts.ort import ort_sampler
+from toolkit.rollouts.ort_weights import WritableConversion
+from toolkit.rollouts.sampling import SamplingSpec
+
+MODES = ["think", "no_think", "default"]  # qwen3's distill_on thinking_modes
+
+
+def one_step(student, teacher, optimizer, tokenizer, conversion, texts: list[str], tokens: int, seed: int) -> list[float]:
+    """Seconds of: HF generate, the teacher's forward, the student's update, ORT sampling, ORT refresh."""
+    clock = [time.perf_counter()]
+
+    def lap() -> float:
+        clock.append(time.perf_counter())
+        return clock[-1] - clock[-2]
+
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    student.eval()
+    with torch.no_grad():
+        out = student.generate(**batch, do_sample=True, temperature=0.9, top_k=0, top_p=1.0, max_new_tokens=tokens,
+                               pad_token_id=tokenizer.pad_token_id)
+    generate_s = lap()
+    mask = torch.ones_like(out)
+    mask[:, :batch["input_ids"].shape[1]] = batch["attention_mask"]
+    with torch.no_grad():
+        log_t = torch.log_softmax(teacher(input_ids=out, attention_mask=mask).logits, -1)
+    teacher_s = lap()
+    student.train()
+    log_s = torch.log_softmax(student(input_ids=out, attention_mask=mask).logits, -1)
+    (log_s.exp() * (log_s - log_t)).sum(-1).mean().backward()  # reverse KL, as qwen3's beta 1
+    optimizer.step()
+    optimizer.zero_grad()
+    student_s = lap()
+    model = conversion.load(student.state_dict())  # the student moved: its weights into the graph
+    refresh_s = lap()
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    ort_sampler(model, tokenizer)(ids, tokens, False, SamplingSpec(max_new_tokens=tokens, temperature=0.9, top_p=1.0,
+                                                                     seed=seed))
+    return [generate_s, teacher_s, student_s, lap(), refresh_s]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="demo", help="whose student and teacher to use")
+    ap.add_argument("--steps", type=int, default=4, help="steps timed after one warm-up step")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=64)
+    args = ap.parse_args()
+    configure_environment()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    stages = {s.name: s for s in load_recipe("qwen3", args.profile).recipe.stages}  # the profile's student, teacher
+    student_dir = str(resolve_model(stages["distill_off"].student))
+    teacher_dir = str(resolve_model(stages["query_filter"].model))
+    threads = thread_budget()
+    tokenizer = AutoTokenizer.from_pretrained(student_dir)
+    tokenizer.padding_side = "left"
+    rows = load_rows("synthetic_math", "train", args.batch * (args.steps + 1), 8, {"difficulties": [1, 2, 3]})
+    texts = [render(tokenizer, flag_messages(r["prompt"], MODES[i % 3])) for i, r in enumerate(rows)]
+    student = AutoModelForCausalLM.from_pretrained(student_dir)
+    teacher = AutoModelForCausalLM.from_pretrained(teacher_dir).eval()
+    optimizer = torch.optim.AdamW(student.parameters(), lr=1e-6)
+    with tempfile.TemporaryDirectory(prefix="bench-gkd-step-") as work:
+        started = time.perf_counter()
+        conversion = WritableConversion(student_dir, Path(work), threads)
+        convert_s = time.perf_counter() - started
+        parts = dict.fromkeys(("generate", "teacher", "student", "ort_sample", "ort_refresh"), 0.0)
+        for step in range(args.steps + 1):
+            seconds = one_step(student, teacher, optimizer, tokenizer, conversion,
+                               texts[step * args.batch:(step + 1) * args.batch], args.tokens, step)
+            if step:  # the first step warms both engines up
+                for key, value in zip(parts, seconds):
+                    parts[key] += value / args.steps
+    hf_step = parts["generate"] + parts["teacher"] + parts["student"]
+    ort_step = parts["ort_sample"] + parts["ort_refresh"] + parts["teacher"] + parts["student"]
+    print(f"student {student_dir}, teacher {teacher_dir}; {args.batch} prompts a step, {args.tokens} new tokens, "
+          f"{threads} threads; mean of {args.steps} steps after a warm-up; ORT conversion once: {convert_s:.1f} s")
+    print("| part | seconds a step |")
+    print("| --- | --- |")
+    for key, value in parts.items():
+        print(f"| {key} | {value:.2f} |")
+    print(f"step with HF generate {hf_step:.2f} s, with ORT (sample + refresh) {ort_step:.2f} s: "
+          f"ratio ORT/HF {ort_step / hf_step:.2f}")
+
+
+if __name__ == "__main__":
+    main()
