@@ -6,7 +6,8 @@ It is then scanned event by event, which costs time linear in its size, and refu
 more than MAX_ALIASES aliases or more than MAX_NODES values once its aliases are expanded (an alias
 bomb is small on disk and exponential once expanded by anything that walks it: 30 aliases, each
 doubling the one before, make a billion values), or when it nests deeper than MAX_DEPTH (5,000
-levels overflow the composer's recursion). Only then is it composed and loaded with `safe_load`,
+levels overflow the composer's recursion), or when an alias sits inside the value it names (a cycle,
+which safe_load builds and nothing can walk). Only then is it composed and loaded with `safe_load`,
 and an alias becomes a copy of its anchor, not the same object: an override of one stage that
 shares a mapping with another through `<<: *anchor` must not change both. Duplicate keys, which
 YAML silently resolves to the last value, are refused naming both lines. Every refusal is a
@@ -65,6 +66,9 @@ def check_events(text: str, shown: Path) -> None:
             if aliases > MAX_ALIASES:
                 raise YAMLRefused(f"{shown}:{event.start_mark.line + 1}: more than {MAX_ALIASES} aliases; "
                                   "a recipe has no use for that many (an alias bomb?)")
+            if any(event.anchor == anchor for anchor, _ in opened):  # safe_load would build a cycle
+                raise YAMLRefused(f"{shown}:{event.start_mark.line + 1}: *{event.anchor} refers to a value that "
+                                  "contains it; a recipe cannot hold itself")
             values += anchored.get(event.anchor, 1)
         elif isinstance(event, yaml.ScalarEvent):
             values += 1

@@ -32,6 +32,7 @@ CASES = {  # name: (file content, or a callable making the path, expected messag
     "empty_name": (SMOKE.replace("name: smoke", 'name: ""'), "name: String should match pattern"),
     "alias_bomb": (bomb(), "aliases; a recipe has no use for that many"),
     "thin_alias_bomb": (thin_bomb(), "its aliases expand it past 1,000,000 values"),
+    "recursive_alias": ("name: x\ndescription: y\nstages: &s [*s]\n", "*s refers to a value that contains it"),
     "deep_nesting": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 64 levels deep"),
     "duplicate_keys": (SMOKE.replace("name: smoke", "name: smoke\nname: other"), "key 'name' is given twice (first at line"),
     "bool_for_a_number": (SMOKE.replace("max_steps: 100", "max_steps: true"), "max_steps is a number, not true"),
