@@ -112,7 +112,11 @@ def shared_prompt_forward(model, input_ids: torch.Tensor, attention_mask: torch.
         ids, own_mask = input_ids[idx, prompt_width - 1:hi], attention_mask[idx, prompt_width - 1:hi]
         labels = ids.masked_fill(own_mask == 0, -100)  # column 0's label is dropped by the shift
         prompts = inverse[idx]
-        rows_cache = DynamicCache([(k[prompts], v[prompts]) for k, v in keys_values])
+        # index_select, not k[prompts]: both gather, but the backward of advanced indexing on a CPU
+        # adds a prompt's rows into it with parallel atomic adds, in an order that changes from run to
+        # run, so the same batch gave other weights in their last bits (RESULTS.md, "General RL is not
+        # bit-reproducible"); index_select's backward (index_add) adds them in row order
+        rows_cache = DynamicCache([(k.index_select(0, prompts), v.index_select(0, prompts)) for k, v in keys_values])
         with autocast():
             out = model(input_ids=ids, attention_mask=torch.cat([prefix_mask[prompts], own_mask], 1),
                         cache=rows_cache, labels=labels, **{head: True})

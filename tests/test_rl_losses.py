@@ -295,3 +295,40 @@ def test_the_dense_head_stays_off_where_trl_s_head_knows_more():
     softcapped = AutoModelForCausalLM.from_config(config)
     softcapped.config.final_logit_softcapping = 30.0
     assert not dense_head_usable(softcapped)
+
+
+def test_the_bucketed_backward_adds_each_shared_prompt_s_gradients_in_a_fixed_order(tiny_model, tmp_path):
+    """A prompt run once for its group gathers its keys and values for each row; the backward adds the
+    rows' gradients back into it. Advanced indexing (`keys[rows]`) does that with an accumulating
+    `index_put`, which on a CPU adds in parallel with atomic adds, so the sum's order, and its last
+    bits, changed from run to run: general RL wrote other weights from the same batch (RESULTS.md,
+    "General RL is not bit-reproducible"). No accumulating `index_put` with a repeated index may run
+    in the backward; a race that shows once in tens of runs is not a test, so the op is looked for."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    trainer, _ = _trainer(tiny_model, tmp_path, "grpo", bucket_rows=2)
+    _, inputs = _batch(trainer)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    for rows, _, _ in length_buckets(attention, 8, 2):  # the rows of each bucket share a prompt, as a
+        inputs["prompt_ids"][rows] = inputs["prompt_ids"][rows[0]].clone()  # group's rows of like length do
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    trainer.model.zero_grad()
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, 8)
+
+    class RacyAdds(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func.__name__.startswith(("index_put", "_index_put_impl")):
+                accumulate = kwargs.get("accumulate", args[3] if len(args) > 3 else False)
+                index = [i for i in args[1] if i is not None]
+                repeated = any(i.dtype != torch.bool and i.unique().numel() < i.numel() for i in index)
+                if accumulate and repeated:
+                    self.seen.append(func.__name__)
+            return func(*args, **kwargs)
+
+    with RacyAdds():
+        (logps * inputs["completion_mask"]).sum().backward()
+    assert RacyAdds.seen == []
+    assert all(p.grad is not None for p in trainer.model.parameters() if p.requires_grad)
