@@ -315,9 +315,9 @@ def test_the_bucketed_backward_adds_each_shared_prompt_s_gradients_in_a_fixed_or
     trainer.model.zero_grad()
     logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, 8)
 
-    class RacyAdds(TorchDispatchMode):
-        seen: list = []
+    racy = []  # accumulating index_puts with a repeated index, seen in the backward
 
+    class RacyAdds(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func.__name__.startswith(("index_put", "_index_put_impl")):
@@ -325,10 +325,10 @@ def test_the_bucketed_backward_adds_each_shared_prompt_s_gradients_in_a_fixed_or
                 index = [i for i in args[1] if i is not None]
                 repeated = any(i.dtype != torch.bool and i.unique().numel() < i.numel() for i in index)
                 if accumulate and repeated:
-                    self.seen.append(func.__name__)
+                    racy.append(func.__name__)
             return func(*args, **kwargs)
 
     with RacyAdds():
         (logps * inputs["completion_mask"]).sum().backward()
-    assert RacyAdds.seen == []
+    assert racy == []
     assert all(p.grad is not None for p in trainer.model.parameters() if p.requires_grad)
