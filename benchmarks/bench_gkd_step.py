@@ -6,7 +6,8 @@ step of levels 1-3 in its three modes, 64 new tokens, temperature 0.9.
 Per step, each part timed on its own (the first step is a warm-up and not counted):
 - the student's HF `generate`, as TRL's GKD trainer calls it (whole distribution, KV cache);
 - the teacher's forward pass over prompt and completion;
-- the student's forward, a reverse KL to the teacher, backward and an AdamW step;
+- the student's forward, GKD's loss at qwen3's beta (TRL's `generalized_jsd_loss`), backward and an
+  AdamW step;
 - ONNX Runtime GenAI sampling the same prompts (`ort_sampler`, the sampler of GRPO's `rollout: ort`);
 - writing the student's weights into its graph and loading it again (`WritableConversion.load`),
   which a trainer would pay every step because the student changes every step.
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from trl.experimental.gkd import GKDTrainer
 
 from data_curation.sources import load_rows
 from pipeline.models.named import resolve_model
@@ -54,11 +56,11 @@ def one_step(student, teacher, optimizer, tokenizer, conversion, texts: list[str
     mask = torch.ones_like(out)
     mask[:, :batch["input_ids"].shape[1]] = batch["attention_mask"]
     with torch.no_grad():
-        log_t = torch.log_softmax(teacher(input_ids=out, attention_mask=mask).logits, -1)
+        teacher_logits = teacher(input_ids=out, attention_mask=mask).logits
     teacher_s = lap()
     student.train()
-    log_s = torch.log_softmax(student(input_ids=out, attention_mask=mask).logits, -1)
-    (log_s.exp() * (log_s - log_t)).sum(-1).mean().backward()  # reverse KL, as qwen3's beta 1
+    student_logits = student(input_ids=out, attention_mask=mask).logits
+    GKDTrainer.generalized_jsd_loss(student_logits, teacher_logits, beta=1.0).backward()  # the trainer's loss, qwen3's beta
     optimizer.step()
     optimizer.zero_grad()
     student_s = lap()
