@@ -4,9 +4,10 @@ on TRAINING-split `synthetic_math` prompts (a diagnosis must not read the held-o
     .venv/bin/python benchmarks/mode_compliance.py MODEL_DIR [--n 200] [--seed 99] [--max-new-tokens 160]
 
 Prints, per mode and level, the share of greedy completions that follow the flag
-(toolkit.core.thinking.complies: an empty think block for no_think, one opened block with thinking in
-it for think) with its 95% interval, and the accuracy; `default` is the prompt without a flag (as the
-stages' held-out evaluation asks), judged by the think layout since thinking is the default.
+(toolkit.core.thinking.complies: an empty think block for no_think, one block with thinking in it
+for think, closed or cut by the token limit) with its 95% interval, and the accuracy; `default` is
+the prompt without a flag (as the stages' held-out evaluation asks), judged by the think layout
+since thinking is the default.
 """
 
 from __future__ import annotations
@@ -44,14 +45,16 @@ def main() -> None:
         by_level[str(r.get("difficulty"))].append(i)
     by_level = {**dict(sorted(by_level.items())), "all": list(range(len(rows)))}
     for mode in ("think", "no_think", "default"):
-        texts = [c[0] for c in engine.texts([flag_messages(r["prompt"], mode) for r in rows],
-                                             SamplingSpec(max_new_tokens=args.max_new_tokens, batch_size=32))]
+        done = [c[0] for c in engine.complete([flag_messages(r["prompt"], mode) for r in rows],
+                                              SamplingSpec(max_new_tokens=args.max_new_tokens, batch_size=32))]
+        texts = [c.text for c in done]
+        follows = [complies(c.text, mode, cut=not c.finished) for c in done]
         scores = score_rows(rows, texts, after_think=True)
         for level, idx in by_level.items():
-            c = rate_interval([float(complies(texts[i], mode)) for i in idx])
+            c = rate_interval([float(follows[i]) for i in idx])
             acc = sum(scores[i] or 0 for i in idx) / len(idx)
             print(f"{mode:9s} {level:>5s} {len(idx):4d}  {c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]{'':6s} {acc:.3f}")
-        failing = [texts[i] for i in range(len(rows)) if not complies(texts[i], mode)][:2]
+        failing = [texts[i] for i in range(len(rows)) if not follows[i]][:2]
         for t in failing:
             print(f"  not complying ({mode}): {t[:160]!r}")
 

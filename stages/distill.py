@@ -115,7 +115,7 @@ def keeps_trace(cfg: DistillConfig, mode: str, text: str, score: float | None) -
     an answer-checked mode the verifier accepts it (a row it cannot judge, score None, is kept)."""
     if not cfg.verify:
         return True
-    if mode != "default" and not complies(text, mode):
+    if mode != "default" and not complies(text, mode, cut=False):  # only finished traces are kept
         return False
     return mode not in checked_modes(cfg) or score is None or score >= 1.0
 

@@ -56,14 +56,15 @@ def mode_metrics(engine: Engine, rows: list[dict], spec, modes: list[str]) -> di
     scores: dict[str, list[float | None]] = {}
     for mode in modes:
         prompts = [flag_messages(r["prompt"], mode) for r in rows]
-        texts = [c[0] for c in engine.texts(
+        done = [c[0] for c in engine.complete(
             prompts, SamplingSpec(max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size),
             progress=f"mode {mode}")]
+        texts = [c.text for c in done]
         answers = [split_thinking(t)[1] for t in texts]
         prefix = f"eval/mode/{mode}/"
         scores[mode] = score_rows(rows, texts, **spec.answer_rules())
         with_interval(out, prefix + "accuracy", rate_interval(scores[mode]))
-        out[prefix + "mode_compliance"] = mean_defined([float(complies(t, mode)) for t in texts])
+        out[prefix + "mode_compliance"] = mean_defined([float(complies(c.text, mode, cut=not c.finished)) for c in done])
         out[prefix + "language_consistency"] = mean_defined([_consistent(t, r["language"]) for t, r in zip(texts, rows)])
         out[prefix + "answer_tokens_mean"] = mean_defined([len(engine.tokenizer(a, add_special_tokens=False)["input_ids"])
                                                     for a in answers])

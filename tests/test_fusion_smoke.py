@@ -92,9 +92,9 @@ def test_fusion_stage_reports_modes_and_budgets(fusion_run):
 def test_fusion_model_follows_the_flags(fusion_model, held_out):
     """The issue's evidence: on held-out prompts, greedy, at least 90% per mode."""
     for mode in ("think", "no_think"):
-        texts = [c.text for c in _greedy(fusion_model, [flag_messages(r["prompt"], mode) for r in held_out])]
-        rate = sum(complies(t, mode) for t in texts) / len(texts)
-        assert rate >= 0.9, (mode, rate, texts[:3])
+        done = _greedy(fusion_model, [flag_messages(r["prompt"], mode) for r in held_out])
+        rate = sum(complies(c.text, mode, cut=not c.finished) for c in done) / len(done)
+        assert rate >= 0.9, (mode, rate, [c.text for c in done[:3]])
 
 
 def test_the_last_flag_wins_in_multi_turn_prompts(fusion_model, held_out):
@@ -102,9 +102,9 @@ def test_the_last_flag_wins_in_multi_turn_prompts(fusion_model, held_out):
     for first, last in (("think", "no_think"), ("no_think", "think")):
         prompts = [[*flag_messages(e["prompt"], first), {"role": "assistant", "content": response_only(e["solution"])},
                     *flag_messages(r["prompt"], last)] for e, r in zip(earlier, held_out)]
-        texts = [c.text for c in _greedy(fusion_model, prompts)]
-        rate = sum(complies(t, last) for t in texts) / len(texts)
-        assert rate >= 0.9, (first, last, rate, texts[:3])
+        done = _greedy(fusion_model, prompts)
+        rate = sum(complies(c.text, last, cut=not c.finished) for c in done) / len(done)
+        assert rate >= 0.9, (first, last, rate, [c.text for c in done[:3]])
 
 
 def test_budget_inserts_the_stop_string_once_and_only_when_hit(fusion_model, held_out):

@@ -162,6 +162,7 @@ def test_output_is_read_with_a_bounded_reader():
 # Rewards a policy could max without doing the task. Each row: (reward, params, attack, honest wrong
 # answer, gold / prompt column); the attack must score no more than the honest wrong answer.
 NO_THINK = [{"role": "user", "content": "What is 3 + 4? /no_think"}]
+THINK = [{"role": "user", "content": "What is 3 + 4?"}]
 TEXT_ATTACKS = {
     "no_think_then_a_second_think_block": (
         "thinking_flag", {}, "<think>\n\n</think>\n\n<think>3 plus 4 is 7</think> 7", "<think>3 plus 4</think> 7", NO_THINK),
@@ -174,6 +175,8 @@ TEXT_ATTACKS = {
     "after_think_reads_a_second_block": (
         "accuracy_math", {"after_think": True}, "<think>\n\n</think>\n\n<think>so</think> \\boxed{7}",
         "<think>so</think> \\boxed{8}", "7"),
+    # qwen3's general RL on demo paid this in full: a thought that stopped without closing its block
+    "think_block_left_open": ("thinking_flag", {}, "<think>\nThe answer is 7.", "7", THINK),
     "format_tags_out_of_order": ("format_tags", {}, "</think> 7 <think>", "no tags at all, 7", "7"),
     "format_tags_answer_inside_out": (
         "format_tags", {"answer_tags": True}, "</answer></think>7<answer><think>", "7", "7"),
@@ -229,6 +232,17 @@ def test_text_rewards_pay_nothing_for_the_trick(case):
     name, params, trick, honest_wrong, column = TEXT_ATTACKS[case]
     honest = judge(name, params, honest_wrong, column)
     assert judge(name, params, trick, column) <= honest, (case, honest)
+
+
+def test_a_think_block_left_open_earns_the_flag_only_where_the_token_limit_cut_it():
+    flags = get_reward("thinking_flag", 8)  # a stage's max completion length of 8 tokens
+    texts = ["<think>\nThe answer is 7.", "<think>\n3 plus 4 is 7, so", "<think>\n3 plus 4\n</think>\n\n7"]
+    ids = [[1] * 5, [1] * 8, [1] * 6]  # stopped early, cut at the limit, closed
+    assert flags(prompts=[THINK] * 3, completions=texts, completion_ids=ids) == [0.0, 1.0, 1.0]
+    unknown_limit = get_reward("thinking_flag")
+    assert unknown_limit(prompts=[THINK] * 3, completions=texts, completion_ids=ids) == [0.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="max_len"):
+        get_reward("thinking_flag", max_len=0)
 
 
 @pytest.mark.parametrize("where", sorted(HIDDEN))

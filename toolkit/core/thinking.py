@@ -81,15 +81,19 @@ def flag_messages(messages: list[dict], mode: Mode | Literal["default"]) -> list
     return out
 
 
-def complies(text: str, mode: str) -> bool:
+def complies(text: str, mode: str, *, cut: bool) -> bool:
     """Whether a completion follows its mode: the empty think block for no_think; for think, an
-    opened block with some thinking in it (closed or not: a long thought cut by the token limit
-    still obeyed the flag). Either way ONE block: a second `<think>` or `</think>` (an empty block
-    followed by the reasoning in another) does not comply. Any other mode (`default`, unflagged) is
-    judged as think, the default."""
+    opened block with some thinking in it, closed, or left open only when `cut` (the completion ran
+    into its token limit: a long thought cut short still obeyed the flag; a short one that stopped
+    without closing did not: qwen3's general RL on demo paid `<think>\nThe answer is 15.` in full,
+    RESULTS.md). Either way ONE block: a second `<think>` or `</think>` (an empty
+    block followed by the reasoning in another) does not comply. Any other mode (`default`,
+    unflagged) is judged as think, the default."""
     if text.count("<think>") != 1 or text.count("</think>") > 1:
         return False
     if mode == "no_think":
         return text.startswith(EMPTY_THINK.strip())
     rest = text.removeprefix("<think>")
-    return rest != text and bool(rest.strip()) and not rest.lstrip().startswith("</think>")
+    if rest == text or not rest.strip() or rest.lstrip().startswith("</think>"):
+        return False
+    return "</think>" in rest or cut

@@ -46,15 +46,25 @@ class FormatTags(Reward):
 class ThinkingFlag(Reward):
     """1 when the completion follows the mode its prompt asks for (the last /think or /no_think
     flag in a user or system turn; thinking by default): the empty think block for /no_think,
-    some thinking for /think. Prompts come as chat messages or, with plain templates, as text."""
+    some thinking for /think. Prompts come as chat messages or, with plain templates, as text.
+    A think block left open complies only in a completion the token limit cut: `max_len` tokens
+    of `completion_ids` (the stage's max completion length by default). Without ids or a limit,
+    no completion counts as cut."""
     name = "thinking_flag"
+    length_param = "max_len"
 
-    def __init__(self):
+    def __init__(self, max_len: int | None = None):
         super().__init__()
+        if max_len is not None and max_len < 1:
+            raise ValueError(f"thinking_flag: max_len must be at least 1, got {max_len}")
+        self.max_len = max_len
 
-    def __call__(self, prompts=None, completions=(), **_) -> list[float | None]:
+    def __call__(self, prompts=None, completions=(), completion_ids=None, **_) -> list[float | None]:
         prompts = prompts or [None] * len(completions)
-        return [float(complies(completion_text(c), prompt_mode(p))) for p, c in zip(prompts, completions)]
+        cut = ([self.max_len is not None and len(ids) >= self.max_len for ids in completion_ids]
+               if completion_ids is not None else [False] * len(completions))
+        return [float(complies(completion_text(c), prompt_mode(p), cut=k))
+                for p, c, k in zip(prompts, completions, cut, strict=True)]
 
 
 def prompt_mode(prompt) -> str:
