@@ -161,7 +161,11 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     with_interval(metrics, "eval/thinking_tokens_mean", mean_interval([n_tokens(t) for t in thinking if t is not None]))
     metrics.update({f"eval/{k}": v for k, v in counters.items()})
     if spec.rewards:
-        metrics.update(score_rewards(spec.rewards, rows, greedy, [token_ids(c) for c in greedy], spec.max_new_tokens))
+        # the ids the engine generated, end token included, as TRL passes them in training: text
+        # decoded and encoded again can come back shorter, and a thought cut at the limit would not
+        # read as cut (thinking_flag). vLLM's completions carry no ids.
+        ids = [c.ids if c.ids is not None else token_ids(c.text) for c in done]
+        metrics.update(score_rewards(spec.rewards, rows, greedy, ids, spec.max_new_tokens))
     if spec.samples:
         sampled = engine.texts(prompts, SamplingSpec(
             max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,

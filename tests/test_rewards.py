@@ -344,6 +344,22 @@ def test_evaluation_measures_length_rewards_in_tokens():
     assert by_tokens["eval/rewards/overlong_dapo/mean"] == pytest.approx(-0.5)  # 0 and -1
 
 
+def test_evaluation_scores_length_rewards_on_the_ids_the_engine_generated(tiny_model):
+    from stages.common import RewardSpec
+    from stages.evaluate import EvalSpec, evaluate
+    from toolkit.rollouts.sampling import SamplingSpec
+
+    rows = [{"id": str(i), "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}], "answer": str(2 * i),
+             "language": "en", "verifier": "math"} for i in range(6)]
+    limit = 12  # a penalty of -n / limit for n tokens: the mean reads the lengths the reward saw
+    spec = EvalSpec(max_new_tokens=limit, table_rows=0,
+                    rewards=[RewardSpec(name="overlong_dapo", params={"max_len": limit, "cache_len": limit})])
+    done = spec.generation.open(str(tiny_model)).complete([r["prompt"] for r in rows], SamplingSpec(max_new_tokens=limit))
+    generated = [cs[0].tokens for cs in done]
+    metrics = evaluate(str(tiny_model), spec, rows).metrics
+    assert metrics["eval/rewards/overlong_dapo/mean"] == pytest.approx(-sum(generated) / len(generated) / limit)
+
+
 def test_format_tags_gives_partial_credit():
     two, four = get_reward("format_tags"), get_reward("format_tags", answer_tags=True)
     samples = ["<think>a</think> b", "<think>a b", "<think>a</think><think> b", "nothing",
