@@ -61,8 +61,10 @@ class ThinkingFlag(Reward):
 
     def __call__(self, prompts=None, completions=(), completion_ids=None, **_) -> list[float | None]:
         prompts = prompts or [None] * len(completions)
-        cut = ([self.max_len is not None and len(ids) >= self.max_len for ids in completion_ids]
-               if completion_ids is not None else [False] * len(completions))
+        if completion_ids is None or self.max_len is None:
+            cut = [False] * len(completions)
+        else:
+            cut = [len(ids) >= self.max_len for ids in completion_ids]
         return [float(complies(completion_text(c), prompt_mode(p), cut=k))
                 for p, c, k in zip(prompts, completions, cut, strict=True)]
 
