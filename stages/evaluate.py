@@ -153,7 +153,9 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     thinking = [split_thinking(c)[0] for c in greedy]
     token_ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
     n_tokens = lambda text: len(token_ids(text))
-    tokens = [n_tokens(c) for c in greedy]
+    # what the engine generated, the end token included (TRL's completion length counts it too): the
+    # text encoded again drops that token and can come back shorter (empty, on the tiny model)
+    tokens = [c.tokens for c in done]
     metrics = {"eval/unjudged": float(sum(s is None for s in scores)), "eval/n": float(len(rows))}
     with_interval(metrics, "eval/accuracy", rate_interval(scores))
     with_interval(metrics, "eval/format_rate", rate_interval(formats))

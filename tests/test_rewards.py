@@ -344,7 +344,9 @@ def test_evaluation_measures_length_rewards_in_tokens():
     assert by_tokens["eval/rewards/overlong_dapo/mean"] == pytest.approx(-0.5)  # 0 and -1
 
 
-def test_evaluation_scores_length_rewards_on_the_ids_the_engine_generated(tiny_model):
+def test_evaluation_reads_lengths_from_the_ids_the_engine_generated(tiny_model):
+    # the length rewards and the reported completion length alike: the tiny model's text encoded
+    # again came back empty, so both read 0 where the engine had generated up to the limit
     from stages.common import RewardSpec
     from stages.evaluate import EvalSpec, evaluate
     from toolkit.rollouts.sampling import SamplingSpec
@@ -356,8 +358,10 @@ def test_evaluation_scores_length_rewards_on_the_ids_the_engine_generated(tiny_m
                     rewards=[RewardSpec(name="overlong_dapo", params={"max_len": limit, "cache_len": limit})])
     done = spec.generation.open(str(tiny_model)).complete([r["prompt"] for r in rows], SamplingSpec(max_new_tokens=limit))
     generated = [cs[0].tokens for cs in done]
-    metrics = evaluate(str(tiny_model), spec, rows).metrics
-    assert metrics["eval/rewards/overlong_dapo/mean"] == pytest.approx(-sum(generated) / len(generated) / limit)
+    result = evaluate(str(tiny_model), spec, rows)
+    assert result.metrics["eval/rewards/overlong_dapo/mean"] == pytest.approx(-sum(generated) / len(generated) / limit)
+    assert result.scores["tokens"] == generated and sum(generated) > 0
+    assert result.metrics["eval/completion_tokens_mean"] == pytest.approx(sum(generated) / len(generated))
 
 
 def test_format_tags_gives_partial_credit():
