@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.launch.workers import StageFailed, run_worker
 from stages.launch import LaunchSpec
+from stages.runtime import checkpoint_step, state_written
 from tests.conftest import padded_pairs_file
 from tests.test_launcher import _alive
 
@@ -71,9 +72,14 @@ def test_a_killed_stage_resumes_from_its_last_checkpoint(kind, tmp_path, tiny_mo
 
     runner = threading.Thread(target=first_run)
     runner.start()
-    complete = "checkpoints/checkpoint-*/trainer_state.json"
+    def whole_checkpoints() -> list[int]:
+        # HF writes trainer_state.json last and not atomically: a checkpoint killed mid-write is
+        # removed on resume (stages.runtime.last_checkpoint), so the kill waits for one that parses
+        return [checkpoint_step(str(p)) for p in out.glob("checkpoints/checkpoint-*")
+                if p.name.removeprefix("checkpoint-").isdigit() and state_written(p)]
+
     deadline = time.time() + 300
-    while not list(out.glob(complete)):  # polled often: a tiny model's steps take a fraction of a second
+    while not whole_checkpoints():  # polled often: a tiny model's steps take a fraction of a second
         assert time.time() < deadline and runner.is_alive(), f"{kind} made no complete checkpoint"
         time.sleep(0.02)
     traces = out / "teacher_traces.json"
@@ -83,7 +89,7 @@ def test_a_killed_stage_resumes_from_its_last_checkpoint(kind, tmp_path, tiny_mo
     runner.join(timeout=60)
     assert failures and not _alive(worker), "the worker finished before the kill: raise MAX_STEPS"
     assert not (out / "result.json").exists()
-    saved = max(int(p.parent.name.split("-")[1]) for p in out.glob(complete))
+    saved = max(whole_checkpoints())
     assert saved < MAX_STEPS
 
     run_worker(spec, LaunchSpec(), tmp_path / "rerun.log", env={})
