@@ -136,9 +136,10 @@ def test_budget_inserts_the_stop_string_once_and_only_when_hit(fusion_model, hel
         ended_early = free_run.finished and free_run.tokens <= budget
         return "</think>" not in free_run.text and not ended_early
 
-    for f, r in zip(free, roomy):
-        assert r.budget_hit == reaches_budget(f) and (STOP_SENTENCE in r.text) == reaches_budget(f), (f.text, r.text)
-    untouched = [(f.text, r.text) for f, r in zip(free, roomy) if not reaches_budget(f)]
+    reached = [reaches_budget(f) for f in free]
+    for f, r, cut in zip(free, roomy, reached):
+        assert r.budget_hit == cut and (STOP_SENTENCE in r.text) == cut, (f.text, r.text)
+    untouched = [(f.text, r.text) for f, r, cut in zip(free, roomy, reached) if not cut]
     same = sum(a == b for a, b in untouched)
     assert untouched and same >= 0.9 * len(untouched)  # a budget never reached changes nothing
 
