@@ -151,8 +151,7 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     scores = score_rows(rows, greedy, counters, **spec.answer_rules())
     formats = [1.0 if is_well_formed(c, answer_tags=spec.template == "r1_zero") else 0.0 for c in greedy]
     thinking = [split_thinking(c)[0] for c in greedy]
-    token_ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
-    n_tokens = lambda text: len(token_ids(text))
+    n_tokens = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
     # what the engine generated, the end token included (TRL's completion length counts it too): the
     # text encoded again drops that token and can come back shorter (empty, on the tiny model)
     tokens = [c.tokens for c in done]
@@ -165,9 +164,8 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     if spec.rewards:
         # the ids the engine generated, end token included, as TRL passes them in training: text
         # decoded and encoded again can come back shorter, and a thought cut at the limit would not
-        # read as cut (thinking_flag). vLLM's completions carry no ids.
-        ids = [c.ids if c.ids is not None else token_ids(c.text) for c in done]
-        metrics.update(score_rewards(spec.rewards, rows, greedy, ids, spec.max_new_tokens))
+        # read as cut (thinking_flag)
+        metrics.update(score_rewards(spec.rewards, rows, greedy, [c.ids for c in done], spec.max_new_tokens))
     if spec.samples:
         sampled = engine.texts(prompts, SamplingSpec(
             max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,

@@ -147,16 +147,11 @@ def last_checkpoint(ctx: StageContext) -> str | None:
     existed) is taken as it is when its trainer state parses."""
     import shutil
 
-    if not ctx.checkpoint_dir.is_dir():
-        return None
-    found = sorted((p for p in ctx.checkpoint_dir.glob("checkpoint-*") if p.name.removeprefix("checkpoint-").isdigit()),
-                   key=lambda p: checkpoint_step(str(p)))
-    complete = [p for p in found if state_written(p)]
+    complete, cut_short = saved_checkpoints(ctx.checkpoint_dir)
     if ctx.is_main:
-        for p in found:
-            if p not in complete:
-                print(f"posttrain: removing incomplete checkpoint {p}", flush=True)
-                shutil.rmtree(p, ignore_errors=True)
+        for p in cut_short:
+            print(f"posttrain: removing incomplete checkpoint {p}", flush=True)
+            shutil.rmtree(p, ignore_errors=True)
     for p in reversed(complete):
         bad = corrupt_files(p)
         # a checkpoint gone since the glob was moved aside by the main rank, which reached the same
@@ -169,6 +164,15 @@ def last_checkpoint(ctx: StageContext) -> str | None:
         if ctx.is_main:  # every rank reaches the same verdict; one moves it
             quarantine(p)
     return None
+
+
+def saved_checkpoints(checkpoint_dir: Path) -> tuple[list[Path], list[Path]]:
+    """The `checkpoint-N` folders under `checkpoint_dir`, oldest first, as (whole, cut short): one
+    whose trainer state does not parse was cut short mid-save. Reads only; last_checkpoint acts on it."""
+    found = sorted((p for p in checkpoint_dir.glob("checkpoint-*") if p.name.removeprefix("checkpoint-").isdigit()),
+                   key=lambda p: checkpoint_step(str(p)))
+    whole = [p for p in found if state_written(p)]
+    return whole, [p for p in found if p not in whole]
 
 
 def state_written(checkpoint: Path) -> bool:

@@ -243,8 +243,9 @@ def test_vllm_budgets_count_and_continue_as_the_token_level_engines(monkeypatch)
     """The two-phase budget on vLLM's text interface gives what sampling.complete gives on HF, ORT
     and CTranslate2: a sequence that spends its budget gets the stop-thinking string and then its
     answer; one that closes its thinking goes on to its answer without it, its own `</think>` not
-    counted as thinking; one that ends its turn inside the thinking is finished. Tokens count every
-    token spent, the inserted string's included."""
+    counted as thinking; one that ends its turn inside the thinking is finished. The ids are every
+    token spent, the inserted string's and the end token included, as the token-level engines give
+    them (evaluation's lengths and length rewards read them)."""
     import sys
     from types import SimpleNamespace
 
@@ -267,9 +268,12 @@ def test_vllm_budgets_count_and_continue_as_the_token_level_engines(monkeypatch)
     assert never[0].text == " a a a a" + STOP_THINKING + " final"
     assert (never[0].budget_hit, never[0].thinking_tokens, never[0].tokens, never[0].finished) == (
         True, 4, 4 + stop_words + 2, True)
+    assert never[0].ids == ["a"] * 4 + STOP_THINKING.split() + ["final", eos]
     assert closes[0].text == f" x y {THINK_END} final"
     assert (closes[0].budget_hit, closes[0].thinking_tokens, closes[0].tokens, closes[0].finished) == (False, 2, 5, True)
+    assert closes[0].ids == ["x", "y", THINK_END, "final", eos]
     assert ends[0].text == " q"
     assert (ends[0].budget_hit, ends[0].thinking_tokens, ends[0].tokens, ends[0].finished) == (False, 2, 2, True)
+    assert ends[0].ids == ["q", eos]
     plain = generate_vllm(llm, ["never|"], SamplingSpec(max_new_tokens=6))[0][0]
-    assert (plain.text, plain.tokens, plain.finished, plain.budget_hit) == (" a a a a a a", 6, False, False)
+    assert (plain.text, plain.ids, plain.finished, plain.budget_hit) == (" a a a a a a", ["a"] * 6, False, False)

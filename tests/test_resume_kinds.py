@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.launch.workers import StageFailed, run_worker
 from stages.launch import LaunchSpec
-from stages.runtime import checkpoint_step, state_written
+from stages.runtime import checkpoint_step, saved_checkpoints
 from tests.conftest import padded_pairs_file
 from tests.test_launcher import _alive
 
@@ -75,8 +75,7 @@ def test_a_killed_stage_resumes_from_its_last_checkpoint(kind, tmp_path, tiny_mo
     def whole_checkpoints() -> list[int]:
         # HF writes trainer_state.json last and not atomically: a checkpoint killed mid-write is
         # removed on resume (stages.runtime.last_checkpoint), so the kill waits for one that parses
-        return [checkpoint_step(str(p)) for p in out.glob("checkpoints/checkpoint-*")
-                if p.name.removeprefix("checkpoint-").isdigit() and state_written(p)]
+        return [checkpoint_step(str(p)) for p in saved_checkpoints(out / "checkpoints")[0]]
 
     deadline = time.time() + 300
     while not whole_checkpoints():  # polled often: a tiny model's steps take a fraction of a second

@@ -58,8 +58,8 @@ class Engine:
         """Greedy completions with `spec`'s thinking budget, given `unlimited`: the same prompts'
         greedy completions without one. Derived from them where greedy decoding allows
         (sampling.budgeted_from_unlimited), so only rows whose budget ran out are generated; on an
-        engine without token ids, or a spec that samples, generated as `complete` would."""
-        if self._greedy_sampler is None or not derivable(spec, unlimited):
+        engine without a token-level sampler (vLLM), or a spec that samples, generated as `complete` would."""
+        if self._greedy_sampler is None or not derivable(spec):
             return self.complete(prompts, spec, progress)
         done = budgeted_from_unlimited(self._greedy_sampler(), self.tokenizer, prompts, unlimited, spec, progress)
         return [[c] for c in done]

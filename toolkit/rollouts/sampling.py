@@ -51,10 +51,16 @@ class SamplingSpec:
 class Completion:
     text: str
     finished: bool  # ended with the end-of-turn token; False = cut off by a token limit
-    tokens: int  # generated tokens, an inserted stop-thinking string included
+    # the token ids the engine generated, as TRL's completion_ids: the end token and an inserted
+    # stop-thinking string included. Lengths and length rewards read these, never the text encoded
+    # again, which drops the end token and need not give the same ids.
+    ids: list[int] = field(repr=False)
     thinking_tokens: int | None = None  # tokens spent before the answer phase (budgeted generation)
     budget_hit: bool = False  # the stop-thinking string was inserted
-    ids: list[int] | None = field(default=None, repr=False)  # the generated token ids (None: vLLM's)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.ids)
 
 
 # A token-level sampler: for each sequence of token ids (prompt and any prefix), the ids it generates,
@@ -122,7 +128,7 @@ def complete(sample: TokenSampler, tokenizer, prompts: list[list[dict] | str], s
         encoded = tokenizer(texts[start:start + spec.batch_size], add_special_tokens=False)["input_ids"]
         prompt_ids = [ids for ids in encoded for _ in range(spec.n)]
         if one_pass is not None:
-            done = [_thought(tokenizer, *parts) for parts in one_pass(prompt_ids, spec, _stop_ids(tokenizer, spec))]
+            done = [_thought(tokenizer, *parts) for parts in one_pass(prompt_ids, spec, stop_thinking_ids(tokenizer, spec))]
         elif spec.budgeted:
             done = _finish_thinking(sample, tokenizer, prompt_ids, sample(prompt_ids, spec.thinking_budget, True, spec), spec)
         else:
@@ -139,11 +145,10 @@ def _completion(tokenizer, ids: list[int], answer_ids: list[int], inserted: list
     text = _clean(tokenizer.decode(full, skip_special_tokens=False), tokenizer)
     finished = bool(full) and full[-1] == tokenizer.eos_token_id
     thinking = None if closing_tokens is None else len(ids) - closing_tokens
-    return Completion(text=text, finished=finished, tokens=len(full), thinking_tokens=thinking,
-                      budget_hit=bool(inserted), ids=full)
+    return Completion(text=text, finished=finished, ids=full, thinking_tokens=thinking, budget_hit=bool(inserted))
 
 
-def _stop_ids(tokenizer, spec: SamplingSpec) -> list[int]:
+def stop_thinking_ids(tokenizer, spec: SamplingSpec) -> list[int]:
     return tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"]
 
 
@@ -158,7 +163,7 @@ def _finish_thinking(sample: TokenSampler, tokenizer, prompt_ids: list[list[int]
                      spec: SamplingSpec) -> list[Completion]:
     """Phase two of budgeted generation: insert the stop-thinking string where the budget ran out,
     then continue every unfinished sequence from its own tokens to its answer."""
-    stop_ids = _stop_ids(tokenizer, spec)
+    stop_ids = stop_thinking_ids(tokenizer, spec)
     eos = tokenizer.eos_token_id
     closed = [THINK_END in tokenizer.decode(ids) for ids in first]
     ended = [bool(ids) and ids[-1] == eos for ids in first]
@@ -173,11 +178,11 @@ def _finish_thinking(sample: TokenSampler, tokenizer, prompt_ids: list[list[int]
     return [_thought(tokenizer, ids, inserted[i], answers.get(i, [])) for i, ids in enumerate(first)]
 
 
-def derivable(spec: SamplingSpec, unlimited: list[Completion]) -> bool:
-    """Whether budgeted completions for `spec` can come from `unlimited` (budgeted_from_unlimited):
-    greedy, one per prompt, a budget above 0, and the token ids of every unlimited completion."""
+def derivable(spec: SamplingSpec) -> bool:
+    """Whether budgeted completions for `spec` can come from the same prompts' unlimited ones
+    (budgeted_from_unlimited): greedy, one per prompt, a budget above 0."""
     spec = spec.effective()
-    return spec.temperature == 0 and spec.n == 1 and spec.budgeted and all(c.ids is not None for c in unlimited)
+    return spec.temperature == 0 and spec.n == 1 and spec.budgeted
 
 
 def budgeted_from_unlimited(sample: TokenSampler, tokenizer, prompts: list[list[dict] | str],
@@ -193,10 +198,10 @@ def budgeted_from_unlimited(sample: TokenSampler, tokenizer, prompts: list[list[
     between batch shapes, as the two-phase and one-pass paths are to each other."""
     from tqdm import tqdm
 
-    if not derivable(spec, unlimited):
+    if not derivable(spec):
         raise ValueError("budgeted completions derive only from greedy token ids, one per prompt, with a budget above 0")
     spec = spec.effective()
-    think_end, eos, stop_ids = think_end_id(tokenizer), tokenizer.eos_token_id, _stop_ids(tokenizer, spec)
+    think_end, eos, stop_ids = think_end_id(tokenizer), tokenizer.eos_token_id, stop_thinking_ids(tokenizer, spec)
     stops, budget = {eos} | ({think_end} if think_end is not None else set()), spec.thinking_budget
     answer_limit = spec.answer_max_new_tokens or spec.max_new_tokens
     out: dict[int, Completion] = {}

@@ -4,7 +4,7 @@ budget's two phases are written here in its own terms."""
 
 from __future__ import annotations
 
-from toolkit.rollouts.sampling import THINK_END, Completion, SamplingSpec, render
+from toolkit.rollouts.sampling import THINK_END, Completion, SamplingSpec, render, stop_thinking_ids
 
 
 def vllm_unavailable() -> list[str]:
@@ -50,19 +50,20 @@ def generate_vllm(llm, prompts: list[list[dict] | str], spec: SamplingSpec) -> l
     texts = [render(tokenizer, p, spec.enable_thinking) for p in prompts]
     base = dict(temperature=spec.temperature, top_p=spec.top_p, seed=spec.seed)
 
-    def done(out, text: str, thinking: int | None = None, hit: bool = False, before: int = 0) -> Completion:
+    def done(out, text: str, thinking: int | None = None, hit: bool = False, before: list[int] | None = None) -> Completion:
+        # vLLM keeps every generated id, the end token and the tokens of a matched stop string included
         return Completion(text=text, finished=out.finish_reason == "stop" and out.stop_reason is None,
-                          tokens=before + len(out.token_ids), thinking_tokens=thinking, budget_hit=hit)
+                          ids=(before or []) + list(out.token_ids), thinking_tokens=thinking, budget_hit=hit)
 
     if not spec.budgeted:
         params = SamplingParams(n=spec.n, max_tokens=spec.max_new_tokens, **base)
         return [[done(o, o.text) for o in r.outputs] for r in llm.generate(texts, params)]
     first = llm.generate(texts, SamplingParams(n=spec.n, max_tokens=spec.thinking_budget, stop=[THINK_END],
                                                include_stop_str_in_output=True, **base))
-    pending = []  # (prompt index, sample index, text so far, tokens so far, thinking tokens, budget hit)
+    pending = []  # (prompt index, sample index, text so far, ids so far, thinking tokens, budget hit)
     results: list[list[Completion | None]] = [[None] * spec.n for _ in texts]
     closing_tokens = len(tokenizer(THINK_END, add_special_tokens=False)["input_ids"])
-    stop_tokens = len(tokenizer(spec.stop_thinking, add_special_tokens=False)["input_ids"])
+    stop_ids = stop_thinking_ids(tokenizer, spec)
     for i, r in enumerate(first):
         for j, o in enumerate(r.outputs):
             if o.finish_reason == "stop" and o.stop_reason is None:  # end of turn inside the thinking
@@ -73,9 +74,9 @@ def generate_vllm(llm, prompts: list[list[dict] | str], spec: SamplingSpec) -> l
             # inserted stop-thinking string is neither thinking nor the model's, but is a token spent
             thinking = len(o.token_ids) - (0 if hit else closing_tokens)
             pending.append((i, j, o.text + (spec.stop_thinking if hit else ""),
-                            len(o.token_ids) + (stop_tokens if hit else 0), thinking, hit))
+                            list(o.token_ids) + (stop_ids if hit else []), thinking, hit))
     answer = SamplingParams(n=1, max_tokens=spec.answer_max_new_tokens or spec.max_new_tokens, **base)
     answers = llm.generate([texts[i] + so_far for i, _, so_far, *_ in pending], answer)
-    for (i, j, so_far, spent, thinking, hit), r in zip(pending, answers):
-        results[i][j] = done(r.outputs[0], so_far + r.outputs[0].text, thinking, hit, before=spent)
+    for (i, j, so_far, ids, thinking, hit), r in zip(pending, answers):
+        results[i][j] = done(r.outputs[0], so_far + r.outputs[0].text, thinking, hit, before=ids)
     return results
