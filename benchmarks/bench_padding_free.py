@@ -1,13 +1,15 @@
 """What padding-free batches buy SFT: the stage's own `train_on_rows` on the same rows, seed and
-steps, with TRL's padded batches (the baseline, the check made to fail) and padding-free ones,
-alternating, in one run (issue: fast generation; SFT is most of the demo recipes' training time).
+steps, with TRL's padded batches (the baseline, the check made to fail), padding-free ones with
+attention over the block-causal mask (the per-row check made to fail) and padding-free ones with
+attention row by row (what the stage picks where both checks pass), in turn, in one run (issue: fast
+generation; SFT is most of the demo recipes' training time).
 
 Rows: a file of rows with a `solution` (`--rows`, e.g. a run's `fusion_data/kept.jsonl`), or by
 default a mix shaped like qwen3's demo fusion data from the shipped sources: long-CoT math of levels
 1-3 and 5, general chat and instruction rows with and without thinking. Printed per run: seconds
 of training (TRL's `train_runtime`), seconds per step, the first and last logged loss (the same
-both ways, up to float rounding), the share of a padded batch that is padding, and the ratio of
-padding-free to padded time.
+every way, up to float rounding), the share of a padded batch that is padding, and the ratios of
+the padding-free times to the padded one and of row-by-row attention to the mask.
 
     .venv/bin/python benchmarks/bench_padding_free.py [--model smollm2-135m-instruct] [--rows FILE]
         [--steps 12] [--batch 4] [--max-length 192] [--rounds 2]
@@ -54,10 +56,14 @@ def train(mode: str, model_dir: str, rows: list[dict], args) -> dict:
 
     real_check = stages.padding_free.packing_mismatch
     if mode == "padded":
-        stages.padding_free.packing_mismatch = lambda *a: "the baseline of this benchmark"
-    out = Path(tempfile.mkdtemp(prefix=f"bench-padding-free-{mode}-"))  # a model and a checkpoint: 2 GB
+        stages.padding_free.packing_mismatch = lambda *a, **k: "the baseline of this benchmark"
+    elif mode == "padding-free, mask":
+        stages.padding_free.packing_mismatch = lambda *a, attention=None: (
+            "the mask arm of this benchmark" if attention else real_check(*a))
+    slug = mode.replace(", ", "-").replace(" ", "-")
+    out = Path(tempfile.mkdtemp(prefix=f"bench-padding-free-{slug}-"))  # a model and a checkpoint: 2 GB
     try:
-        cfg = sft.SFTConfig(name=mode.replace("-", "_"), model=model_dir, data="rows", max_steps=args.steps,
+        cfg = sft.SFTConfig(name="bench", model=model_dir, data="rows", max_steps=args.steps,
                             per_device_batch_size=args.batch, learning_rate=1e-5, max_length=args.max_length,
                             save_steps=10_000)
         return sft.train_on_rows(cfg, StageContext.local(out), model_dir, rows)
@@ -76,7 +82,7 @@ def main() -> None:
     parser.add_argument("--steps", type=positive_int, default=12)
     parser.add_argument("--batch", type=positive_int, default=4)
     parser.add_argument("--max-length", type=positive_int, default=192)
-    parser.add_argument("--rounds", type=positive_int, default=2, help="padded and padding-free runs, alternating")
+    parser.add_argument("--rounds", type=positive_int, default=2, help="runs of each arm, in turn")
     args = parser.parse_args()
     configure_environment()
     model_dir = resolve_model(args.model)
@@ -87,16 +93,23 @@ def main() -> None:
           f"padding in the padded batches: {share:.0%}", flush=True)
     print("| run | batches | train s | s per step | first loss | last loss | tokens |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    seconds: dict[str, list[float]] = {"padded": [], "padding-free": []}
+    modes = ("padded", "padding-free, mask", "padding-free, per row")
+    seconds: dict[str, list[float]] = {mode: [] for mode in modes}
     for r in range(args.rounds):
-        for mode in ("padded", "padding-free"):
+        for mode in modes:
             m = train(mode, model_dir, rows, args)
+            expected = {"padded": (0.0, 0.0), "padding-free, mask": (1.0, 0.0), "padding-free, per row": (1.0, 1.0)}[mode]
+            if (m["train/padding_free"], m["train/per_row_attention"]) != expected:
+                raise SystemExit(f"{mode}: the stage chose another path ({m['train/padding_free']}, "
+                                 f"{m['train/per_row_attention']}); see its log above")
             seconds[mode].append(m["train/runtime_s"])
             print(f"| {r + 1} | {mode} | {m['train/runtime_s']:.1f} | {m['train/runtime_s'] / args.steps:.2f} | "
                   f"{m['train/first_loss']:.4f} | {m['train/final_loss']:.4f} | {m['train/tokens']:.0f} |", flush=True)
     total = {k: sum(v) for k, v in seconds.items()}
-    print(f"padding-free / padded training time: {total['padding-free'] / total['padded']:.2f}x "
-          f"({total['padding-free']:.1f} s against {total['padded']:.1f} s over {args.rounds} round(s))")
+    for mode in modes[1:]:
+        print(f"{mode} / padded training time: {total[mode] / total['padded']:.2f}x "
+              f"({total[mode]:.1f} s against {total['padded']:.1f} s over {args.rounds} round(s))")
+    print(f"per row / mask: {total[modes[2]] / total[modes[1]]:.2f}x")
 
 
 if __name__ == "__main__":

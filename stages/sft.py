@@ -105,9 +105,10 @@ def train_on_rows(cfg, ctx, model_dir: str, rows: list[dict]) -> dict[str, float
 
     tokenizer = load_tokenizer(model_dir, cfg.trust_remote_code)
     train = Dataset.from_list(to_prompt_completion(rows))
-    collator = padding_free_collator(model_dir, cfg.trust_remote_code)  # before the config: ZeRO-3 would shard the check
+    # before the config: ZeRO-3 would shard the check
+    collator, attention = padding_free_collator(model_dir, cfg.trust_remote_code)
     args = TRLSFTConfig(**trainer_args(cfg, ctx), max_length=cfg.max_length, completion_only_loss=True,
-                        model_init_kwargs={"trust_remote_code": cfg.trust_remote_code})
+                        model_init_kwargs={"trust_remote_code": cfg.trust_remote_code, **attention})
     trainer = SFTTrainer(model=model_dir, args=args, train_dataset=train, processing_class=tokenizer,
                          data_collator=collator, peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks])
     trainer.train_dataset = without_prefix_loss(trainer.train_dataset, rows, tokenizer)
@@ -117,4 +118,5 @@ def train_on_rows(cfg, ctx, model_dir: str, rows: list[dict]) -> dict[str, float
     resume = last_checkpoint(ctx)
     trainer.train(resume_from_checkpoint=resume)
     save_model(trainer, tokenizer, ctx)
-    return {**train_metrics(trainer, resume), "train/rows": float(len(train)), "train/padding_free": float(collator is not None)}
+    return {**train_metrics(trainer, resume), "train/rows": float(len(train)), "train/padding_free": float(collator is not None),
+            "train/per_row_attention": float(bool(attention))}

@@ -54,26 +54,30 @@ def test_a_data_stage_worker_imports_neither_torch_nor_mlflow(tmp_path):
 
 
 def test_padding_free_sft_trains_as_the_padded_batch_does(tmp_path, tiny_model, monkeypatch):
-    """The same rows, seed and steps twice: padding-free (chosen, since the check passes for Qwen3) and
-    padded (the check made to fail). The rows differ in length, so the padded batches hold padding;
-    the weights after three steps are the same."""
+    """The same rows, seed and steps twice: padding-free with attention row by row (chosen, since both
+    checks pass for Qwen3) and padded (the check made to fail). The rows differ in length, so the
+    padded batches hold padding; the weights after three steps are the same."""
     from safetensors.torch import load_file
 
     import stages.padding_free
     from data_curation.sources import load_rows
     from stages import sft
+    from stages.padding_free import PER_ROW_ATTENTION
 
     rows = load_rows("synthetic_math", "train", 6, 1) + load_rows("general_chat", "train", 6, 1)
     weights, flags = {}, {}
     for mode in ("padding_free", "padded"):
         if mode == "padded":
-            monkeypatch.setattr(stages.padding_free, "packing_mismatch", lambda *a: "made to fail by the test")
+            monkeypatch.setattr(stages.padding_free, "packing_mismatch", lambda *a, **k: "made to fail by the test")
         cfg = sft.SFTConfig(name=mode, model=str(tiny_model), data="synthetic_math", max_steps=3, per_device_batch_size=4,
                             learning_rate=1e-3, max_length=96, save_steps=1000)
         (tmp_path / mode).mkdir()
-        flags[mode] = sft.train_on_rows(cfg, StageContext.local(tmp_path / mode), str(tiny_model), rows)["train/padding_free"]
+        metrics = sft.train_on_rows(cfg, StageContext.local(tmp_path / mode), str(tiny_model), rows)
+        flags[mode] = (metrics["train/padding_free"], metrics["train/per_row_attention"])
         weights[mode] = load_file(tmp_path / mode / "model" / "model.safetensors")
-    assert flags == {"padding_free": 1.0, "padded": 0.0}
+        saved = json.loads((tmp_path / mode / "model" / "config.json").read_text())
+        assert PER_ROW_ATTENTION not in json.dumps(saved)  # the saved model loads anywhere, with its own attention
+    assert flags == {"padding_free": (1.0, 1.0), "padded": (0.0, 0.0)}
     start = load_file(tiny_model / "model.safetensors")
     moved = max((weights["padded"][k] - start[k]).abs().max().item() for k in start)
     differ = max((weights["padding_free"][k] - weights["padded"][k]).abs().max().item() for k in start)
@@ -93,8 +97,34 @@ def test_the_packing_check_refuses_an_attention_that_reads_flattened_rows_as_one
     monkeypatch.setattr(transformers.masking_utils, "find_packed_sequence_indices", lambda position_ids: None)
     assert "does not keep rows apart" in packing_mismatch(str(tiny_model))
     logged = []
-    assert padding_free_collator(str(tiny_model), False, log=logged.append) is None
+    assert padding_free_collator(str(tiny_model), False, log=logged.append) == (None, {})
     assert logged[0].startswith("sft: padded batches (flattened rows change the logits")
+
+
+def test_attention_row_by_row_is_used_only_where_its_check_passes(tiny_model, monkeypatch):
+    """Per-row attention that lets the flattened rows attend to each other (one causal pass over all of
+    them) is caught by the check, and training falls back to the block-causal mask; the real one passes."""
+    import torch
+
+    import stages.padding_free
+    from stages.padding_free import PER_ROW_ATTENTION, padding_free_collator
+
+    logged = []
+    collator, attention = padding_free_collator(str(tiny_model), False, log=logged.append)
+    assert collator is not None and attention == {"attn_implementation": PER_ROW_ATTENTION}
+    assert "attention row by row" in logged[0]
+
+    def one_sequence(module, query, key, value, attention_mask, position_ids=None, **kwargs):
+        out = torch.nn.functional.scaled_dot_product_attention(query, key.repeat_interleave(module.num_key_value_groups, 1),
+                                                               value.repeat_interleave(module.num_key_value_groups, 1),
+                                                               is_causal=True, scale=kwargs.get("scaling"))
+        return out.transpose(1, 2).contiguous(), None
+
+    monkeypatch.setattr(stages.padding_free, "per_row_sdpa", one_sequence)
+    logged.clear()
+    collator, attention = padding_free_collator(str(tiny_model), False, log=logged.append)
+    assert collator is not None and attention == {}
+    assert "not row by row (flattened rows change the logits" in logged[0]
 
 
 def test_a_no_loss_prefix_is_masked_out_of_the_sft_loss(tmp_path, tiny_model):

@@ -87,9 +87,14 @@ def render(tokenizer, prompt: list[dict] | str, enable_thinking: bool = True) ->
     return text
 
 
+def think_end_ids(tokenizer) -> list[int]:
+    """`</think>`'s token ids: one on Qwen3, several where the tokenizer splits it (SmolLM2)."""
+    return tokenizer(THINK_END, add_special_tokens=False)["input_ids"]
+
+
 def think_end_id(tokenizer) -> int | None:
     """`</think>` as one token id, or None where the tokenizer splits it (SmolLM2)."""
-    ids = tokenizer(THINK_END, add_special_tokens=False)["input_ids"]
+    ids = think_end_ids(tokenizer)
     return ids[0] if len(ids) == 1 else None
 
 
@@ -155,7 +160,7 @@ def stop_thinking_ids(tokenizer, spec: SamplingSpec) -> list[int]:
 def _thought(tokenizer, thinking: list[int], inserted: list[int], answer: list[int]) -> Completion:
     """A budgeted completion from its parts; its thinking tokens exclude the model's own `</think>`."""
     closed = THINK_END in tokenizer.decode(thinking)
-    closing = len(tokenizer(THINK_END, add_special_tokens=False)["input_ids"]) if closed else 0
+    closing = len(think_end_ids(tokenizer)) if closed else 0
     return _completion(tokenizer, thinking, answer, inserted, closing)
 
 

@@ -4,7 +4,7 @@ budget's two phases are written here in its own terms."""
 
 from __future__ import annotations
 
-from toolkit.rollouts.sampling import THINK_END, Completion, SamplingSpec, render, stop_thinking_ids
+from toolkit.rollouts.sampling import THINK_END, Completion, SamplingSpec, render, stop_thinking_ids, think_end_ids
 
 
 def vllm_unavailable() -> list[str]:
@@ -62,7 +62,7 @@ def generate_vllm(llm, prompts: list[list[dict] | str], spec: SamplingSpec) -> l
                                                include_stop_str_in_output=True, **base))
     pending = []  # (prompt index, sample index, text so far, ids so far, thinking tokens, budget hit)
     results: list[list[Completion | None]] = [[None] * spec.n for _ in texts]
-    closing_tokens = len(tokenizer(THINK_END, add_special_tokens=False)["input_ids"])
+    closing_tokens = len(think_end_ids(tokenizer))
     stop_ids = stop_thinking_ids(tokenizer, spec)
     for i, r in enumerate(first):
         for j, o in enumerate(r.outputs):
