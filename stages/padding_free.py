@@ -18,7 +18,8 @@ Attention row by row: that block-causal mask keeps the rows apart, but SDPA stil
 position of the flattened row against every other and masks most of the products away (a batch of
 8 rows of 80 tokens: 640 x 640 scores where the rows need 8 x 80 x 80). `per_row_sdpa` runs SDPA on
 each row's own slice instead, causal, from the restarting positions; it is checked like the mask and
-used only where it passes, else the mask. Measured: benchmarks/bench_padding_free.py.
+used only where it passes, else the mask. Measured on CPU (benchmarks/bench_per_row_attention.py);
+on a GPU, where a loop of small kernels per layer may lose to one masked kernel, the mask stays.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def padding_free_collator(model_dir: str, trust_remote_code: bool, log=print):
     """(collator, model_init_kwargs): TRL's padding-free collator where `packing_mismatch` finds none,
     with per-row attention where that passes too; else (None, {}), TRL's padded batches. The choice and
     its reason go to `log`."""
+    import torch
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
     why = packing_mismatch(model_dir, trust_remote_code)
@@ -120,10 +122,14 @@ def padding_free_collator(model_dir: str, trust_remote_code: bool, log=print):
         log(f"sft: padded batches ({why})")
         return None, {}
     collator = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)
+    on_mask = ("sft: padding-free batches (rows end to end, positions restarting: checked exact for this "
+               "architecture); attention over the block-causal mask")
+    if torch.cuda.is_available():  # a Python loop of small kernels per layer: measured faster on CPU only
+        log(f"{on_mask} (row by row is measured on CPU only)")
+        return collator, {}
     per_row = packing_mismatch(model_dir, trust_remote_code, attention=register_per_row_attention())
     if per_row:
-        log(f"sft: padding-free batches (rows end to end, positions restarting: checked exact for this architecture); "
-            f"attention over the block-causal mask, not row by row ({per_row})")
+        log(f"{on_mask}, not row by row ({per_row})")
         return collator, {}
     log("sft: padding-free batches (rows end to end, positions restarting), attention row by row: both checked "
         "exact for this architecture")
