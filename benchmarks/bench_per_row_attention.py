@@ -4,8 +4,10 @@ step (so that a machine whose speed drifts over minutes, as these do, gives both
 No optimizer step: the weights stay put, so both implementations compute the same gradients, and
 the largest difference between them is printed beside the times (issue: fast generation).
 
-Batches: TRL's padding-free collator over the stage's own tokenization of a `synthetic_math` cold
-start (levels 1-3, SmolLM2's chat template, cut at 192 tokens), `--batch` rows each.
+Batches: TRL's padding-free collator over the rows of a `synthetic_math` cold start (levels 1-3,
+SmolLM2's chat template, cut at 192 tokens as the stage cuts them), `--batch` rows each. The loss
+here covers every position, where the stage's covers the completion only (TRL's fused LM head skips
+the prompt): the attention is the same, the LM head's share of a step larger here.
 
     .venv/bin/python benchmarks/bench_per_row_attention.py [--model smollm2-135m-instruct] [--batch 8] [--steps 16]
 """
@@ -56,8 +58,8 @@ def main() -> None:
           f"the mask arm is transformers' {arms['mask']!r}", flush=True)
     seconds: dict[str, list[float]] = {arm: [] for arm in arms}
     worst = 0.0
-    for step, batch in enumerate([None, *batches(model_dir, args.steps, args.batch)]):
-        batch = batch or batches(model_dir, 1, args.batch)[0]  # a first batch, untimed: the kernels' warm-up
+    data = batches(model_dir, args.steps, args.batch)
+    for step, batch in enumerate([data[0], *data]):  # step 0, untimed: the kernels' warm-up
         grads = {}
         for arm in (arms if step % 2 else reversed(list(arms))):  # alternate which goes first
             model.set_attn_implementation(arms[arm])
