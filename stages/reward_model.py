@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import partial
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -25,6 +26,7 @@ from data_curation.report import plot_histogram
 from stages.common import DataSpec, StageBase, TrainingKnobs
 from stages.contracts import StageOutput
 from stages.eval_modes import with_interval
+from stages.padding_free import collate_flat_preferences, flat_reward_trainer, reward_padding_free
 from stages.runtime import last_checkpoint, load_stage_pairs, progress_callback, train_metrics, trainer_args
 from toolkit.core.stats import rate_interval
 from toolkit.rewards.model_scored import SCOPE_FILE, load_reward_model, scoped, score
@@ -85,7 +87,7 @@ def pairwise_accuracy(model_dir: str, pairs: list[dict], max_length: int) -> tup
 def run(cfg: RewardModelConfig, ctx) -> StageOutput:
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, set_seed
     from trl import RewardConfig, RewardTrainer
 
     from toolkit.rollouts import load_tokenizer
@@ -101,19 +103,25 @@ def run(cfg: RewardModelConfig, ctx) -> StageOutput:
                          "reward-model training needs both")
     model_dir = ctx.input("model")
     tokenizer = load_tokenizer(model_dir, cfg.trust_remote_code)
+    # before the trainer's config: under ZeRO-3 that would shard the check's model
+    flat, attention = reward_padding_free(model_dir, cfg.trust_remote_code)
+    set_seed(cfg.seed)  # the new score head's initial weights: from the stage's seed, not whatever ran before
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1, dtype=torch.float32,
-                                                               trust_remote_code=cfg.trust_remote_code)
+                                                               trust_remote_code=cfg.trust_remote_code, **attention)
     model.config.pad_token_id = tokenizer.pad_token_id
     args = RewardConfig(**trainer_args(cfg, ctx), max_length=cfg.max_length,
                         center_rewards_coefficient=cfg.center_rewards_coefficient)
-    trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(as_conversations(train)),
-                            processing_class=tokenizer, callbacks=[progress_callback(ctx), *ctx.callbacks])
+    trainer = (flat_reward_trainer() if flat else RewardTrainer)(
+        model=model, args=args, train_dataset=Dataset.from_list(as_conversations(train)), processing_class=tokenizer,
+        data_collator=partial(collate_flat_preferences, pad_token_id=tokenizer.pad_token_id) if flat else None,
+        callbacks=[progress_callback(ctx), *ctx.callbacks])
     resume = last_checkpoint(ctx)
     trainer.train(resume_from_checkpoint=resume)
     out = ctx.output_dir / "model"
     trainer.save_model(str(out))
     metrics = {**train_metrics(trainer, resume), "train/pairs": float(len(train)),
-               "train/pairs_dropped_by_scope": float(dropped)}
+               "train/pairs_dropped_by_scope": float(dropped), "train/padding_free": float(flat),
+               "train/per_row_attention": float(bool(attention))}
     artifacts = []
     if ctx.is_main:  # only rank 0 holds the saved model folder
         tokenizer.save_pretrained(out)

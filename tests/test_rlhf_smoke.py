@@ -30,6 +30,8 @@ def test_reward_model_learns_the_preference_under_deepspeed(rlhf_run):
     assert "rm_margins.png" in _artifacts(rm)
     log = (Path(rm["output_dir"]) / "worker.log").read_text()
     assert "--num_gpus 2" in log and "dist_world_size=2" in log and "does not exclude chance" not in log
+    # flat preference batches, attention row by row, under DeepSpeed too (the reward head read by a hook)
+    assert (rm["metrics"]["train/padding_free"], rm["metrics"]["train/per_row_attention"]) == (1.0, 1.0)
 
 
 def test_dpo_logs_its_preference_metrics(rlhf_run):

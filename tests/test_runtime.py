@@ -86,19 +86,76 @@ def test_padding_free_sft_trains_as_the_padded_batch_does(tmp_path, tiny_model, 
     assert moved > 1e-3 and differ < 1e-2 * moved, (moved, differ)
 
 
+def test_a_reward_model_trains_on_flat_pairs_as_on_padded_ones(tmp_path, tiny_model, monkeypatch):
+    """The reward-model stage twice on the same pairs, seed and steps: flat batches (every response end
+    to end, attention row by row, each reward read where the padded batch pools it) and TRL's padded
+    ones (the choice made to fail). The padded thinking makes the two sides of a pair differ in
+    length, so the padded batches hold padding; the weights after three steps are the same."""
+    from safetensors.torch import load_file
+
+    import stages.reward_model
+    from data_curation.report import write_jsonl
+    from data_curation.sources import load_rows
+    from stages.preference_pairs import padded_pairs
+    from stages.reward_model import RewardModelConfig
+
+    write_jsonl(tmp_path / "pairs.jsonl", padded_pairs(load_rows("synthetic_math", "train", 48, 4), padding=2))
+    weights, flags = {}, {}
+    for mode in ("flat", "padded"):
+        if mode == "padded":
+            monkeypatch.setattr(stages.reward_model, "reward_padding_free", lambda *a, **k: (False, {}))
+        cfg = RewardModelConfig(name=mode, model=str(tiny_model), pairs="pairs", max_steps=3, per_device_batch_size=4,
+                                learning_rate=1e-3, max_length=256, save_steps=1000)
+        inputs = {"model": str(tiny_model), "pairs": {"path": str(tmp_path / "pairs.jsonl")}}
+        metrics = stages.reward_model.run(cfg, StageContext.local(tmp_path / mode, inputs, "reward_model")).metrics
+        flags[mode] = (metrics["train/padding_free"], metrics["train/per_row_attention"])
+        weights[mode] = load_file(tmp_path / mode / "model" / "model.safetensors")
+    assert flags == {"flat": (1.0, 1.0), "padded": (0.0, 0.0)}
+    first = {k: v for k, v in load_file(tiny_model / "model.safetensors").items() if k in weights["padded"]}
+
+    def norm(delta):  # the L2 norm over every weight the two models share with the start
+        return sum(delta(k).norm().item() ** 2 for k in first) ** 0.5
+
+    moved = norm(lambda k: weights["padded"][k] - first[k])
+    differ = norm(lambda k: weights["flat"][k] - weights["padded"][k])
+    # measured: differ/moved 3.3e-5 (float rounding, which Adam scales up; the largest single weight
+    # 1.6e-5 against moves of 2.0e-3); rewards read one token early: 1.3
+    assert differ < 1e-2 * moved, (moved, differ)
+
+
 def test_the_packing_check_refuses_an_attention_that_reads_flattened_rows_as_one(tiny_model, monkeypatch):
     """With transformers' packed-sequence detection switched off, the flattened rows attend to each
     other: the check sees the logits move and keeps the padded batch."""
     import transformers.masking_utils
 
-    from stages.padding_free import packing_mismatch, padding_free_collator
+    from stages.padding_free import packing_mismatch, padding_free_collator, reward_packing_mismatch
 
-    assert packing_mismatch(str(tiny_model)) is None
+    assert packing_mismatch(str(tiny_model)) is None and reward_packing_mismatch(str(tiny_model)) is None
     monkeypatch.setattr(transformers.masking_utils, "find_packed_sequence_indices", lambda position_ids: None)
     assert "does not keep rows apart" in packing_mismatch(str(tiny_model))
+    assert "does not keep rows apart" in reward_packing_mismatch(str(tiny_model))
     logged = []
     assert padding_free_collator(str(tiny_model), False, log=logged.append) == (None, {})
     assert logged[0].startswith("sft: padded batches (flattened rows change the logits")
+
+
+def test_the_reward_packing_check_catches_rewards_read_off_the_last_token(tiny_model, monkeypatch):
+    """Flat rewards read one token early (each response's reward from its second-to-last token) are
+    caught, and reward-model training keeps TRL's padded batches."""
+    import stages.padding_free
+    from stages.padding_free import reward_packing_mismatch, reward_padding_free
+
+    real = stages.padding_free.collate_flat_preferences
+
+    def one_early(examples, pad_token_id):
+        batch = real(examples, pad_token_id)
+        return {**batch, "pool_index": batch["pool_index"] - 1}
+
+    monkeypatch.setattr(stages.padding_free, "collate_flat_preferences", one_early)
+    assert "change the logits" in reward_packing_mismatch(str(tiny_model))
+    logged = []
+    assert reward_padding_free(str(tiny_model), False, log=logged.append) == (False, {})
+    assert logged[0].startswith("reward_model: padded batches (flattened rows change the logits")
 
 
 def test_attention_row_by_row_is_used_only_where_its_check_passes(tiny_model, monkeypatch):
