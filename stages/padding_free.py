@@ -20,6 +20,11 @@ position of the flattened row against every other and masks most of the products
 each row's own slice instead, causal, from the restarting positions; it is checked like the mask and
 used only where it passes, else the mask. Measured on CPU (benchmarks/bench_per_row_attention.py);
 on a GPU, where a loop of small kernels per layer may lose to one masked kernel, the mask stays.
+
+Reward models: TRL's RewardTrainer pads chosen and rejected responses alike, and the sequence
+classifier pools each row at its last token. `collate_flat_preferences` lays the responses end to
+end and `FlatRewards` reads each reward where the padded row would have been pooled; the check
+(`reward_packing_mismatch`) compares the rewards both ways, as the SFT one compares the logits.
 """
 
 from __future__ import annotations
