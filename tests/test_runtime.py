@@ -96,6 +96,7 @@ def test_a_reward_model_trains_on_flat_pairs_as_on_padded_ones(tmp_path, tiny_mo
     import stages.reward_model
     from data_curation.report import write_jsonl
     from data_curation.sources import load_rows
+    from stages.padding_free import PER_ROW_ATTENTION
     from stages.preference_pairs import padded_pairs
     from stages.reward_model import RewardModelConfig
 
@@ -110,6 +111,7 @@ def test_a_reward_model_trains_on_flat_pairs_as_on_padded_ones(tmp_path, tiny_mo
         metrics = stages.reward_model.run(cfg, StageContext.local(tmp_path / mode, inputs, "reward_model")).metrics
         flags[mode] = (metrics["train/padding_free"], metrics["train/per_row_attention"])
         weights[mode] = load_file(tmp_path / mode / "model" / "model.safetensors")
+        assert PER_ROW_ATTENTION not in (tmp_path / mode / "model" / "config.json").read_text()  # loads anywhere
     assert flags == {"flat": (1.0, 1.0), "padded": (0.0, 0.0)}
     first = {k: v for k, v in load_file(tiny_model / "model.safetensors").items() if k in weights["padded"]}
 
