@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from recipe_runs import positive_int
+from recipe_runs import positive_int, stage_arms_in_turn, table_header
 
 
 def default_rows() -> list[dict]:
@@ -91,21 +91,13 @@ def main() -> None:
     share = padding_share(rows, model_dir, args.batch, args.max_length)
     print(f"{len(rows)} rows; {args.steps} steps of {args.batch}, max_length {args.max_length}; "
           f"padding in the padded batches: {share:.0%}", flush=True)
-    print("| run | batches | train s | s per step | first loss | last loss | tokens |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(table_header("run", "batches", "train s", "s per step", "first loss", "last loss", "tokens"))
     # each arm and the (train/padding_free, train/per_row_attention) the stage must report for it
     modes = {"padded": (0.0, 0.0), "padding-free, mask": (1.0, 0.0), "padding-free, per row": (1.0, 1.0)}
-    seconds: dict[str, list[float]] = {mode: [] for mode in modes}
-    for r in range(args.rounds):
-        for mode, expected in modes.items():
-            m = train(mode, model_dir, rows, args)
-            if (m["train/padding_free"], m["train/per_row_attention"]) != expected:
-                raise SystemExit(f"{mode}: the stage chose another path ({m['train/padding_free']}, "
-                                 f"{m['train/per_row_attention']}); see its log above")
-            seconds[mode].append(m["train/runtime_s"])
-            print(f"| {r + 1} | {mode} | {m['train/runtime_s']:.1f} | {m['train/runtime_s'] / args.steps:.2f} | "
-                  f"{m['train/first_loss']:.4f} | {m['train/final_loss']:.4f} | {m['train/tokens']:.0f} |", flush=True)
-    total = {k: sum(v) for k, v in seconds.items()}
+    total = stage_arms_in_turn(modes, args.rounds, lambda mode: train(mode, model_dir, rows, args),
+                               lambda r, mode, m: (r, mode, f"{m['train/runtime_s']:.1f}",
+                                                   f"{m['train/runtime_s'] / args.steps:.2f}", f"{m['train/first_loss']:.4f}",
+                                                   f"{m['train/final_loss']:.4f}", f"{m['train/tokens']:.0f}"))
     for mode in ("padding-free, mask", "padding-free, per row"):
         print(f"{mode} / padded training time: {total[mode] / total['padded']:.2f}x "
               f"({total[mode]:.1f} s against {total['padded']:.1f} s over {args.rounds} round(s))")

@@ -23,20 +23,21 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from recipe_runs import positive_int
+from recipe_runs import positive_int, stage_arms_in_turn, table_header
 
-# r1's demo reward models: (pair-making mode and seed of its preference_pairs stage, reward scope, max_length)
-DATASETS = {"whole": ("padded_thinking", 4, "full", 384), "helpful": ("corrupted_answer", 2, "answer", 384)}
+# r1's demo reward models: (pair-making mode and seed of its preference_pairs stage, reward scope)
+DATASETS = {"whole": ("padded_thinking", 4, "full"), "helpful": ("corrupted_answer", 2, "answer")}
+MAX_LENGTH = 384  # both of r1's reward models
 
 
-def make_pairs(name: str) -> tuple[list[dict], str, int]:
+def make_pairs(name: str) -> tuple[list[dict], str]:
     from data_curation.sources import load_rows
     from stages.preference_pairs import corrupted_pairs, padded_pairs
 
-    mode, seed, scope, max_length = DATASETS[name]
+    mode, seed, scope = DATASETS[name]
     rows = load_rows("synthetic_math", "train", 512, seed)
     pairs = padded_pairs(rows, padding=2) if mode == "padded_thinking" else corrupted_pairs(rows, seed=0)
-    return pairs, scope, max_length
+    return pairs, scope
 
 
 def padding_share(pairs: list[dict], model_dir: str, batch: int, scope: str) -> float:
@@ -59,7 +60,7 @@ def padding_share(pairs: list[dict], model_dir: str, batch: int, scope: str) -> 
     return 1 - real / padded
 
 
-def train(arm: str, model_dir: str, pairs_file: Path, scope: str, max_length: int, args) -> dict:
+def train(arm: str, model_dir: str, pairs_file: Path, scope: str, args) -> dict:
     import stages.reward_model
     from stages.reward_model import RewardModelConfig
     from stages.runtime import StageContext
@@ -70,7 +71,7 @@ def train(arm: str, model_dir: str, pairs_file: Path, scope: str, max_length: in
     out = Path(tempfile.mkdtemp(prefix=f"bench-padding-free-rewards-{arm}-"))  # a model and a checkpoint
     try:
         cfg = RewardModelConfig(name="bench", model=model_dir, pairs="pairs", scope=scope, max_steps=args.steps,
-                                per_device_batch_size=args.batch, learning_rate=1e-4, max_length=max_length,
+                                per_device_batch_size=args.batch, learning_rate=1e-4, max_length=MAX_LENGTH,
                                 save_steps=10_000)
         ctx = StageContext.local(out, {"model": model_dir, "pairs": {"path": str(pairs_file)}}, "reward_model")
         return stages.reward_model.run(cfg, ctx).metrics
@@ -93,32 +94,24 @@ def main() -> None:
     args = parser.parse_args()
     configure_environment()
     model_dir = resolve_model(args.model)
-    pairs, scope, max_length = make_pairs(args.pairs)
+    pairs, scope = make_pairs(args.pairs)
     share = padding_share(pairs, model_dir, args.batch, scope)
     print(f"{len(pairs)} {args.pairs} pairs (scope {scope}); {args.steps} steps of {args.batch} pairs; "
           f"padding in the padded batches: {share:.0%}", flush=True)
-    print("| run | batches | train s | s per step | first loss | last loss | held-out pairwise accuracy |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(table_header("run", "batches", "train s", "s per step", "first loss", "last loss", "held-out pairwise accuracy"))
     # each arm and the (train/padding_free, train/per_row_attention) the stage must report for it
     arms = {"padded": (0.0, 0.0), "flat, per row": (1.0, 1.0)}
-    seconds: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory(prefix="bench-pairs-") as tmp:
         pairs_file = Path(tmp) / "pairs.jsonl"
         write_jsonl(pairs_file, pairs)
-        for r in range(args.rounds):
-            for arm, expected in arms.items():
-                m = train(arm, model_dir, pairs_file, scope, max_length, args)
-                if (m["train/padding_free"], m["train/per_row_attention"]) != expected:
-                    raise SystemExit(f"{arm}: the stage chose another path ({m['train/padding_free']}, "
-                                     f"{m['train/per_row_attention']}); see its log above")
-                seconds[arm].append(m["train/runtime_s"])
-                print(f"| {r + 1} | {arm} | {m['train/runtime_s']:.1f} | {m['train/runtime_s'] / args.steps:.2f} | "
-                      f"{m['train/first_loss']:.4f} | {m['train/final_loss']:.4f} | "
-                      f"{m['rm/pairwise_accuracy']:.3f} of {m['rm/eval_pairs']:.0f} |", flush=True)
-    total = {k: sum(v) for k, v in seconds.items()}
+        total = stage_arms_in_turn(
+            arms, args.rounds, lambda arm: train(arm, model_dir, pairs_file, scope, args),
+            lambda r, arm, m: (r, arm, f"{m['train/runtime_s']:.1f}", f"{m['train/runtime_s'] / args.steps:.2f}",
+                               f"{m['train/first_loss']:.4f}", f"{m['train/final_loss']:.4f}",
+                               f"{m['rm/pairwise_accuracy']:.3f} [{m['rm/pairwise_accuracy_lo']:.3f}, "
+                               f"{m['rm/pairwise_accuracy_hi']:.3f}] of {m['rm/eval_pairs']:.0f}"))
     print(f"flat, per row / padded training time: {total['flat, per row'] / total['padded']:.2f}x "
           f"({total['flat, per row']:.1f} s against {total['padded']:.1f} s over {args.rounds} round(s))")
-
 
 if __name__ == "__main__":
     main()

@@ -94,9 +94,12 @@ def _one_layer(model_dir: str, trust_remote_code: bool, auto_class: str = "AutoM
     return build(config, trust_remote_code=trust_remote_code, dtype=torch.float32).eval()
 
 
-def _compared(padded_and_flat, attention: str | None) -> str | None:
+_APART = "this architecture's attention does not keep rows apart"
+
+
+def _compared(padded_and_flat, attention: str | None, cause: str = _APART) -> str | None:
     """None when `padded_and_flat(attention)` gives two equal tensors (the padded batch's outputs and
-    the flattened rows'); else why not: a difference, or the error the check met."""
+    the flattened rows'); else why not: a difference (and its likely `cause`), or the error the check met."""
     import torch
 
     try:
@@ -106,7 +109,7 @@ def _compared(padded_and_flat, attention: str | None) -> str | None:
     except Exception as exc:  # any failure means: keep the padded batch, and say why
         return f"the check failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     if diff > TOLERANCE * (1 + want.abs().max().item()):
-        return f"flattened rows change the logits by up to {diff:.3g}: this architecture's attention does not keep rows apart"
+        return f"flattened rows change the logits by up to {diff:.3g}: {cause}"
     return None
 
 
@@ -145,7 +148,7 @@ def reward_packing_mismatch(model_dir: str, trust_remote_code: bool = False, att
             model.set_attn_implementation(attention)
         return want, FlatRewards(model, reward_head(model))(**collate_flat_preferences(pairs, pad_token_id=0)).logits
 
-    return _compared(padded_and_flat, attention)
+    return _compared(padded_and_flat, attention, f"{_APART}, or the rewards are not read where the padded batch pools them")
 
 
 def _padding_free_attention(check, kind: str, log) -> tuple[bool, dict]:
@@ -179,7 +182,7 @@ def padding_free_collator(model_dir: str, trust_remote_code: bool, log=print):
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
     flat, attention = _padding_free_attention(
-        lambda attention: packing_mismatch(model_dir, trust_remote_code, attention), "sft", log)
+        lambda attention: packing_mismatch(model_dir, trust_remote_code, attention=attention), "sft", log)
     return (DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True) if flat else None), attention
 
 
@@ -187,7 +190,7 @@ def reward_padding_free(model_dir: str, trust_remote_code: bool, log=print) -> t
     """(padding-free, model_init_kwargs) for reward-model training, as `padding_free_collator` chooses
     for SFT: flat preference batches where `reward_packing_mismatch` finds none."""
     return _padding_free_attention(
-        lambda attention: reward_packing_mismatch(model_dir, trust_remote_code, attention), "reward_model", log)
+        lambda attention: reward_packing_mismatch(model_dir, trust_remote_code, attention=attention), "reward_model", log)
 
 
 # --- preference pairs, padding-free -------------------------------------------------------------------
