@@ -12,6 +12,9 @@
   (`stages.logp_buckets`): the same numbers as TRL's one padded batch, for the work of the real
   tokens (`length_bucket_rows`; None keeps TRL's); in float32 on a CPU, scored by a dense LM head
   (`stages.dense_logps`) in place of TRL's fused one, whose CPU fallback is slow;
+- HF rollouts (`rollout: hf`) decode on a CPU with the weight as the matmul's left operand
+  (`toolkit.rollouts.cpu_decode`): the same float32 products without MKL's packing of every weight at
+  every decode step;
 - rollout and training throughput and an accuracy metric in every logged step.
 
 Everything else (generation, reference model, KL, clipping, the other losses, logging) is TRL's.
@@ -32,6 +35,7 @@ from stages.dense_logps import add_dense_lm_head, dense_head_usable
 from stages.logp_buckets import bucketed_logps, shared_prompt_forward
 from stages.prompt_sampler import PromptSampler
 from stages.rl_losses import filler_rescale, kimi_mirror_descent_loss, zero_variance_groups
+from toolkit.rollouts.cpu_decode import weight_major_linear
 
 SAMPLER_STATE = "sampler_state.json"
 
@@ -115,6 +119,10 @@ class PosttrainGRPOTrainer(GRPOTrainer):
         self._metrics["train"]["rollout/tokens_per_s"].append(tokens / max(elapsed, 1e-9))
         self._metrics["train"]["rollout/seconds"].append(elapsed)
         return batch
+
+    def _generate_single_turn(self, *args, **kwargs):  # TRL's HF `generate` (vLLM and rollout_func: no torch linears)
+        with weight_major_linear():
+            return super()._generate_single_turn(*args, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # gathered

@@ -277,3 +277,40 @@ def test_vllm_budgets_count_and_continue_as_the_token_level_engines(monkeypatch)
     assert ends[0].ids == ["q", eos]
     plain = generate_vllm(llm, ["never|"], SamplingSpec(max_new_tokens=6))[0][0]
     assert (plain.text, plain.ids, plain.finished, plain.budget_hit) == (" a a a a a a", ["a"] * 6, False, False)
+
+
+def test_hf_decodes_few_rows_weight_major_with_the_same_greedy_outputs(tiny_model, prompts, monkeypatch):
+    """toolkit.rollouts.cpu_decode: float32 linears of at most 64 rows without gradients run as
+    (W @ x.T).T, everything else as torch runs it; HF's greedy outputs are the same both ways."""
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+
+    import toolkit.rollouts.hf
+    from toolkit.rollouts.cpu_decode import weight_major_linear
+
+    w, b = torch.randn(48, 32), torch.randn(48)
+    few, many = torch.randn(4, 1, 32), torch.randn(5, 13, 32)  # 4 rows (a decode step), 65 (a prefill)
+    torch_many, torch_bf16 = F.linear(many, w, b), F.linear(few.bfloat16(), w.bfloat16())
+    with weight_major_linear() as mode:
+        with torch.no_grad():
+            assert torch.equal(F.linear(few, w, b), (w @ few[:, 0].t()).t()[:, None] + b)
+            assert torch.equal(F.linear(many, w, b), torch_many)
+            assert torch.equal(F.linear(few.bfloat16(), w.bfloat16()), torch_bf16)
+        assert F.linear(few, w.requires_grad_()).requires_grad  # training: torch's own linear, with its graph
+    assert mode.served == 1
+
+    modes = []
+
+    def counted():
+        modes.append(weight_major_linear())
+        return modes[-1]
+
+    spec = SamplingSpec(max_new_tokens=24, batch_size=8)
+    monkeypatch.setattr(toolkit.rollouts.hf, "weight_major_linear", counted)
+    weight_major = open_engine(str(tiny_model), "hf").complete(prompts, spec)
+    assert modes and all(m.served > 0 for m in modes)
+    monkeypatch.setattr(toolkit.rollouts.hf, "weight_major_linear", contextlib.nullcontext)
+    plain = open_engine(str(tiny_model), "hf").complete(prompts, spec)
+    assert [(a[0].text, a[0].tokens) for a in weight_major] == [(a[0].text, a[0].tokens) for a in plain]

@@ -81,6 +81,45 @@ def test_distillation_refuses_a_student_with_another_tokenizer(tmp_path, tiny_mo
         check_same_tokenizer("tiny-qwen3-student", "mine", student, str(other))
 
 
+def test_on_policy_distillation_loss_is_trls_with_the_lm_heads_on_labelled_positions_only(tiny_model):
+    """stages.distill.lean_gkd_trainer runs both LM heads and the divergence from the first labelled
+    column on: the loss and the student's gradients are TRL's (rows whose prompts are left-padded to
+    different widths, a completion cut short by its end token), for every beta."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl.experimental.gkd import GKDTrainer
+
+    from pipeline.models.named import ensure_named_model
+    from stages.distill import lean_gkd_trainer
+
+    torch.manual_seed(0)
+    student = AutoModelForCausalLM.from_pretrained(str(ensure_named_model("tiny-qwen3-student")))
+    teacher = AutoModelForCausalLM.from_pretrained(str(tiny_model)).eval()
+    ids = torch.randint(5, 200, (3, 20))
+    mask = torch.ones_like(ids)
+    mask[0, :4], mask[1, :2] = 0, 0  # the prompts are 8 columns wide, left-padded
+    labels = ids.clone()
+    labels[:, :8] = -100
+    labels[2, 15:] = -100  # ended early
+    labels[1, 8:11] = -100  # labels start later in one row than the batch's first labelled column
+    inputs = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+    def loss_and_grads(compute_loss, beta):
+        student.zero_grad()
+        me = SimpleNamespace(teacher_model=teacher, beta=beta, generalized_jsd_loss=GKDTrainer.generalized_jsd_loss)
+        loss = compute_loss(me, student, inputs)
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in student.parameters()]
+
+    for beta in (0.0, 0.5, 1.0):
+        trl_loss, trl_grads = loss_and_grads(GKDTrainer.compute_loss, beta)
+        lean_loss, lean_grads = loss_and_grads(lean_gkd_trainer().compute_loss, beta)
+        assert lean_loss == pytest.approx(trl_loss, rel=1e-5) and trl_loss > 0
+        assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-7) for a, b in zip(lean_grads, trl_grads))
+
+
 def test_long2short_dpo_shortens_a_verbose_model(tmp_path, tiny_model):
     """The issue's evidence: a tiny model fine-tuned to think verbosely, then DPO on concise-vs-padded
     pairs: its greedy responses get shorter, and accuracy stays within 0.1 of where it was."""

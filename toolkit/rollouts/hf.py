@@ -4,6 +4,7 @@ precision (float32 on CPU unless a stage asks for bfloat16, which runs on AMX he
 from __future__ import annotations
 
 from toolkit.core.loading import whole_model
+from toolkit.rollouts.cpu_decode import weight_major_linear
 from toolkit.rollouts.sampling import SamplingSpec, TokenSampler, cut_at_stop, think_end_id
 
 
@@ -53,7 +54,7 @@ def hf_sampler(model, tokenizer) -> TokenSampler:
         width, pad = max(len(s) for s in seqs), tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=model.device)
         mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=model.device)
-        with torch.no_grad():
+        with torch.no_grad(), weight_major_linear():
             # synced_gpus off: the model is whole on this rank (load_for_generation), even in a ZeRO-3 run.
             ids = model.generate(input_ids=input_ids, attention_mask=mask, **kwargs, synced_gpus=False)
         return [cut_at_stop(tokenizer, row, stops, stop_string) for row in ids[:, width:].tolist()]
