@@ -51,7 +51,7 @@ def main() -> int:
     heads = {
         "TRL fused head (baseline)": lambda: ChunkedLogProbFunction.apply(
             hidden, weight, None, labels, 1.0, _CHUNKED_LOGPROB_CHUNK_SIZE, None, 1.0, ("log_probs", "entropy"))[:2],
-        "dense head (stages.dense_logps)": lambda: DenseLogProbs.apply(hidden, weight, labels, 1.0),
+        "dense head (stages.dense_logps)": lambda: DenseLogProbs.apply(hidden, weight, labels, 1.0)[:2],
     }
 
     def forward_only(head):

@@ -100,7 +100,8 @@ def main() -> None:
           f"padding in the padded batches: {share:.0%}", flush=True)
     print(table_header("run", "batches", "train s", "s per step", "first loss", "last loss", "held-out pairwise accuracy"))
     # each arm and the (train/padding_free, train/per_row_attention) the stage must report for it
-    arms = {"padded": (0.0, 0.0), "flat, per row": (1.0, 1.0)}
+    arms = {"padded": {"train/padding_free": 0.0, "train/per_row_attention": 0.0},
+            "flat, per row": {"train/padding_free": 1.0, "train/per_row_attention": 1.0}}
     with tempfile.TemporaryDirectory(prefix="bench-pairs-") as tmp:
         pairs_file = Path(tmp) / "pairs.jsonl"
         write_jsonl(pairs_file, pairs)

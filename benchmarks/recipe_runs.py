@@ -98,18 +98,17 @@ def same_completions(first: list, second: list) -> int:
     return sum(key(a) == key(b) for a, b in zip(first, second))
 
 
-def stage_arms_in_turn(arms: dict[str, tuple[float, float]], rounds: int, train, row) -> dict[str, float]:
-    """Each arm of a padding-free benchmark in turn, `rounds` times: `train(arm)` runs the stage and
-    returns its metrics, which must report the arm's (train/padding_free, train/per_row_attention),
-    else the benchmark stops (the stage chose another path than the arm measures); `row(round, arm,
-    metrics)` gives the printed table row's cells. Returns each arm's training seconds in sum."""
+def stage_arms_in_turn(arms: dict[str, dict[str, float]], rounds: int, train, row) -> dict[str, float]:
+    """Each arm of a training-path benchmark in turn, `rounds` times: `train(arm)` runs the stage and
+    returns its metrics, which must report the arm's flags (e.g. train/padding_free: 1.0), else the
+    benchmark stops (the stage chose another path than the arm measures); `row(round, arm, metrics)`
+    gives the printed table row's cells. Returns each arm's training seconds in sum."""
     seconds = dict.fromkeys(arms, 0.0)
     for r in range(rounds):
         for arm, expected in arms.items():
             m = train(arm)
-            if (m["train/padding_free"], m["train/per_row_attention"]) != expected:
-                raise SystemExit(f"{arm}: the stage chose another path ({m['train/padding_free']}, "
-                                 f"{m['train/per_row_attention']}); see its log above")
+            if (found := {k: m[k] for k in expected}) != expected:
+                raise SystemExit(f"{arm}: the stage chose another path ({found}); see its log above")
             seconds[arm] += m["train/runtime_s"]
             print(table_row(*row(r + 1, arm, m)), flush=True)
     return seconds

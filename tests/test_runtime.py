@@ -54,9 +54,10 @@ def test_a_data_stage_worker_imports_neither_torch_nor_mlflow(tmp_path):
 
 
 def test_padding_free_sft_trains_as_the_padded_batch_does(tmp_path, tiny_model, monkeypatch):
-    """The same rows, seed and steps twice: padding-free with attention row by row (chosen, since both
-    checks pass for Qwen3) and padded (the check made to fail). The rows differ in length, so the
-    padded batches hold padding; the weights after three steps are the same."""
+    """The same rows, seed and steps three times: padding-free with attention row by row (chosen, since
+    both checks pass for Qwen3), padded (the check made to fail), and padding-free with TRL's own fused
+    LM head instead of the dense one (stages.dense_logps.answer_fused_head_densely). The rows differ in
+    length, so the padded batches hold padding; the weights after three steps are the same."""
     from safetensors.torch import load_file
 
     import stages.padding_free
@@ -66,24 +67,66 @@ def test_padding_free_sft_trains_as_the_padded_batch_does(tmp_path, tiny_model, 
 
     rows = load_rows("synthetic_math", "train", 6, 1) + load_rows("general_chat", "train", 6, 1)
     weights, flags = {}, {}
-    for mode in ("padding_free", "padded"):
+    for mode in ("padding_free", "trl_head", "padded"):
+        if mode == "trl_head":
+            monkeypatch.setattr(sft, "answer_fused_head_densely", lambda model: False)
         if mode == "padded":
+            monkeypatch.undo()
             monkeypatch.setattr(stages.padding_free, "packing_mismatch", lambda *a, **k: "made to fail by the test")
         cfg = sft.SFTConfig(name=mode, model=str(tiny_model), data="synthetic_math", max_steps=3, per_device_batch_size=4,
                             learning_rate=1e-3, max_length=96, save_steps=1000)
         (tmp_path / mode).mkdir()
         metrics = sft.train_on_rows(cfg, StageContext.local(tmp_path / mode), str(tiny_model), rows)
-        flags[mode] = (metrics["train/padding_free"], metrics["train/per_row_attention"])
+        flags[mode] = (metrics["train/padding_free"], metrics["train/per_row_attention"], metrics["train/dense_lm_head"])
         weights[mode] = load_file(tmp_path / mode / "model" / "model.safetensors")
         saved = json.loads((tmp_path / mode / "model" / "config.json").read_text())
         assert PER_ROW_ATTENTION not in json.dumps(saved)  # the saved model loads anywhere, with its own attention
-    assert flags == {"padding_free": (1.0, 1.0), "padded": (0.0, 0.0)}
+    assert flags == {"padding_free": (1.0, 1.0, 1.0), "trl_head": (1.0, 1.0, 0.0), "padded": (0.0, 0.0, 1.0)}
     start = load_file(tiny_model / "model.safetensors")
     moved = max((weights["padded"][k] - start[k]).abs().max().item() for k in start)
-    differ = max((weights["padding_free"][k] - weights["padded"][k]).abs().max().item() for k in start)
-    # measured: moved 2.0e-3, differ 1.5e-6 (float rounding, which Adam scales up); rows that attend to
-    # each other's tokens (packing detection switched off) differ by 4.0e-3
-    assert moved > 1e-3 and differ < 1e-2 * moved, (moved, differ)
+    for other in ("padding_free", "trl_head"):
+        differ = max((weights[other][k] - weights["padded"][k]).abs().max().item() for k in start)
+        # measured: moved 2.0e-3, differ 1.5e-6 (float rounding, which Adam scales up); rows that attend
+        # to each other's tokens (packing detection switched off) differ by 4.0e-3
+        assert moved > 1e-3 and differ < 1e-2 * moved, (other, moved, differ)
+
+
+def test_the_dense_head_answers_trl_s_fused_head_calls_with_its_numbers(tiny_model):
+    """What TRL's SFT trainer reads from `model(..., labels, fused_lm_head=True)`: log p, entropy and
+    top-1 of each next label, the label mask and the loss, from TRL's head and from the dense one
+    (stages.dense_logps.answer_fused_head_densely), on a padded batch and with a token count given."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from stages.dense_logps import answer_fused_head_densely
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model)).eval()
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(5, 200, (2, 5), generator=g)
+    with torch.no_grad():  # 3 greedy tokens (each the likeliest), then 4 drawn at random (mostly not)
+        greedy = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=3, min_new_tokens=3,
+                                do_sample=False)
+    ids = torch.cat([greedy, torch.randint(5, 200, (2, 4), generator=g)], 1)
+    labels = ids.clone()
+    labels[:, :5], labels[1, 10:] = -100, -100  # a prompt; a shorter second row, padded
+    mask = ((labels != -100) | (torch.arange(12) < 5)).long()
+    add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+
+    def scored(count):
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True, num_items_in_batch=count)
+        return [out.loss, out.log_probs, out.entropy, out.is_top1.float(), out.label_mask.float()]
+
+    counts = (None, torch.tensor(7))
+    trl = [scored(count) for count in counts]
+    assert answer_fused_head_densely(model)
+    dense = [scored(count) for count in counts]
+    for ours, theirs in zip(dense, trl):
+        for name, a, b in zip(("loss", "log_probs", "entropy", "is_top1", "label_mask"), ours, theirs):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), name
+    top1, real = dense[0][3], dense[0][4]
+    assert 0 < top1.sum() < real.sum()  # the greedy labels, not the random ones
+    assert model(input_ids=ids).logits.shape == (2, 12, model.config.vocab_size)  # other calls as before
 
 
 def test_a_reward_model_trains_on_flat_pairs_as_on_padded_ones(tmp_path, tiny_model, monkeypatch):
