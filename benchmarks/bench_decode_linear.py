@@ -112,7 +112,7 @@ def main() -> None:
             base, base_out = generation(model, tokenizer, texts, batch, args.tokens, weight_major=False)
             fast, fast_out = generation(model, tokenizer, texts, batch, args.tokens, weight_major=True)
             same = sum(a == b for a, b in zip(base_out, fast_out))
-            print(table_row(batch, r + 1, f"{base * 1e3:.1f}", f"{fast * 1e3:.1f}", f"{fast / base:.2f}",
+            print(table_row(min(batch, len(texts)), r + 1, f"{base * 1e3:.1f}", f"{fast * 1e3:.1f}", f"{fast / base:.2f}",
                             f"{same} of {len(texts)}"), flush=True)
     del model
     if not args.gkd_steps:

@@ -5,8 +5,9 @@ MKL 2024.2): a float32 `F.linear(x, W)` with a few rows in `x` (a decode step: o
 runs MKL's sgemm on `x @ W.T`, which packs all of W on every call. A decode step reads every weight
 once, so that packing is most of its cost: SmolLM2's 49152 x 576 LM head took 20-26 ms at 4 rows
 against 7-10 ms for the same product computed as `(W @ x.T).T`, the shape MKL streams W through
-without packing. Across a whole decode step of the 24-layer demo student at batch 4 the second form
-took about 0.65x the time; at batch 8-64 0.8-0.9x.
+without packing. Across a whole greedy decode step of the 24-layer demo student the second form took
+0.46-0.48x the time at batch 4 and 0.84-0.98x at batch 16-32 (benchmarks/RESULTS.md, "Decode steps
+weight-major").
 
 `weight_major_linear()` is a `TorchFunctionMode`: inside it, every float32 CPU `F.linear` whose input
 has at most `rows` rows and needs no gradient is computed the second way; everything else (prefill,
@@ -34,8 +35,8 @@ class _WeightMajorLinear(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is F.linear:
-            x, weight = args[0], args[1] if len(args) > 1 else kwargs["weight"]
+        if func is F.linear and len(args) >= 2:  # nn.Linear passes input and weight by position
+            x, weight = args[0], args[1]
             bias = args[2] if len(args) > 2 else kwargs.get("bias")
             if (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.dim() >= 2
                     and x.numel() <= self.rows * x.shape[-1] and not torch.is_grad_enabled()):
