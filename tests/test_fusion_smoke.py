@@ -68,7 +68,7 @@ def test_fusion_set_composition_is_logged(fusion_run):
     report = json.loads((out / "report.json").read_text())
     rows = _jsonl(out / "kept.jsonl")
     assert report["rows"] == len(rows) and report["think"] + report["no_think"] == len(rows)
-    assert 0.1 < report["share_multi_turn"] < 0.3 and report["think_unflagged"] > 0
+    assert 0.2 < report["share_multi_turn"] < 0.4 and report["think_unflagged"] > 0  # the tiny profile's 0.3
     metrics = mlflow.MlflowClient().get_run(fusion_run["fusion_data"]["mlflow_run_id"]).data.metrics
     assert metrics["fusion/share_no_think"] == pytest.approx(report["share_no_think"])
 
