@@ -56,13 +56,14 @@ def padding_share(rows: list[dict], model_dir: str, batch: int, max_length: int)
 
 
 def train(mode: str, model_dir: str, rows: list[dict], args) -> dict:
+    import stages.dense_logps
     import stages.padding_free
     from stages import sft
     from stages.runtime import StageContext
 
-    real_check, real_head = stages.padding_free.packing_mismatch, sft.answer_fused_head_densely
+    real_check, real_head = stages.padding_free.packing_mismatch, stages.dense_logps.answer_fused_head_densely
     if mode == TRL_HEAD:
-        sft.answer_fused_head_densely = lambda model: False
+        stages.dense_logps.answer_fused_head_densely = lambda model: False
     if mode == "padded":
         stages.padding_free.packing_mismatch = lambda *a, **k: "the baseline of this benchmark"
     elif mode == "padding-free, mask":
@@ -76,7 +77,7 @@ def train(mode: str, model_dir: str, rows: list[dict], args) -> dict:
                             save_steps=10_000)
         return sft.train_on_rows(cfg, StageContext.local(out), model_dir, rows)
     finally:
-        stages.padding_free.packing_mismatch, sft.answer_fused_head_densely = real_check, real_head
+        stages.padding_free.packing_mismatch, stages.dense_logps.answer_fused_head_densely = real_check, real_head
         shutil.rmtree(out, ignore_errors=True)
 
 

@@ -19,7 +19,6 @@ from pydantic import Field
 from data_curation.fusion import NO_LOSS_PREFIX
 from stages.common import DataOrMix, StageBase, TrainingKnobs
 from stages.contracts import StageOutput
-from stages.dense_logps import answer_fused_head_densely
 from stages.padding_free import padding_free_collator
 from stages.runtime import (
     last_checkpoint,
@@ -118,6 +117,8 @@ def train_on_rows(cfg, ctx, model_dir: str, rows: list[dict]) -> dict[str, float
                          data_collator=collator, peft_config=lora_config(cfg), callbacks=[progress_callback(ctx), *ctx.callbacks])
     trainer.train_dataset = without_prefix_loss(trainer.train_dataset, rows, tokenizer)
     # TRL scores its loss with a fused LM head whose CPU fallback is slow and scores the prompts too
+    from stages.dense_logps import answer_fused_head_densely  # here: a data stage's worker loads no torch
+
     model = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
     dense_head = not (args.bf16 or args.fp16) and answer_fused_head_densely(model)
     if collator is not None:  # what TRL does to the model when it makes the collator itself

@@ -60,6 +60,7 @@ def test_padding_free_sft_trains_as_the_padded_batch_does(tmp_path, tiny_model, 
     length, so the padded batches hold padding; the weights after three steps are the same."""
     from safetensors.torch import load_file
 
+    import stages.dense_logps
     import stages.padding_free
     from data_curation.sources import load_rows
     from stages import sft
@@ -69,7 +70,7 @@ def test_padding_free_sft_trains_as_the_padded_batch_does(tmp_path, tiny_model, 
     weights, flags = {}, {}
     for mode in ("padding_free", "trl_head", "padded"):
         if mode == "trl_head":
-            monkeypatch.setattr(sft, "answer_fused_head_densely", lambda model: False)
+            monkeypatch.setattr(stages.dense_logps, "answer_fused_head_densely", lambda model: False)
         if mode == "padded":
             monkeypatch.undo()
             monkeypatch.setattr(stages.padding_free, "packing_mismatch", lambda *a, **k: "made to fail by the test")

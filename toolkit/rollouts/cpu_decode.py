@@ -19,37 +19,46 @@ benchmark count them). Nothing here changes a precision or a weight.
 from __future__ import annotations
 
 import contextlib
-
-import torch
-import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
+import functools
 
 DECODE_ROWS = 64  # measured faster at 4 to 64 rows a step; a prefill's rows are batch x prompt length
 
 
-class _WeightMajorLinear(TorchFunctionMode):
-    def __init__(self, rows: int):
-        super().__init__()
-        self.rows = rows
-        self.served = 0  # linears computed weight-major
+@functools.cache
+def _mode_class():
+    """The mode's class, made on first use: importing this module must not import torch (a data
+    stage's worker imports the rollouts package and never loads torch)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.linear and len(args) >= 2:  # nn.Linear passes input and weight by position
-            x, weight = args[0], args[1]
-            bias = args[2] if len(args) > 2 else kwargs.get("bias")
-            if (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.dim() >= 2
-                    and x.numel() <= self.rows * x.shape[-1] and not torch.is_grad_enabled()):
-                self.served += 1
-                flat = x.reshape(-1, x.shape[-1])
-                out = (weight @ flat.t()).t().contiguous().reshape(*x.shape[:-1], weight.shape[0])
-                return out if bias is None else out + bias
-        return func(*args, **kwargs)
+    class WeightMajorLinear(TorchFunctionMode):
+        def __init__(self, rows: int):
+            super().__init__()
+            self.rows = rows
+            self.served = 0  # linears computed weight-major
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is F.linear and len(args) >= 2:  # nn.Linear passes input and weight by position
+                x, weight = args[0], args[1]
+                bias = args[2] if len(args) > 2 else kwargs.get("bias")
+                if (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.dim() >= 2
+                        and x.numel() <= self.rows * x.shape[-1] and not torch.is_grad_enabled()):
+                    self.served += 1
+                    flat = x.reshape(-1, x.shape[-1])
+                    out = (weight @ flat.t()).t().contiguous().reshape(*x.shape[:-1], weight.shape[0])
+                    return out if bias is None else out + bias
+            return func(*args, **kwargs)
+
+    return WeightMajorLinear
 
 
 def weight_major_linear(rows: int = DECODE_ROWS):
     """A context in which small float32 CPU linears run as `(W @ x.T).T` (see the module's doc); a
     no-op context where torch runs on a GPU, which has no such cost."""
+    import torch
+
     if torch.cuda.is_available():
         return contextlib.nullcontext()
-    return _WeightMajorLinear(rows)
+    return _mode_class()(rows)
