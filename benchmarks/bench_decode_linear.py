@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from recipe_runs import positive_int, table_header, table_row
+from recipe_runs import non_negative_int, positive_int, stage_arms_in_turn, table_header, table_row
 
 MODES = ["think", "no_think", "default"]  # qwen3's distill_on thinking_modes
 
@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=positive_int, default=64)
     ap.add_argument("--batches", type=positive_int, nargs="+", default=[4, 16, 64])
     ap.add_argument("--tokens", type=positive_int, default=64)
-    ap.add_argument("--gkd-steps", type=int, default=8, help="0 skips part 2")
+    ap.add_argument("--gkd-steps", type=non_negative_int, default=8, help="0 skips part 2")
     ap.add_argument("--rounds", type=positive_int, default=2)
     args = ap.parse_args()
 
@@ -119,13 +119,10 @@ def main() -> None:
         return
 
     print(table_header("round", "GKD trainer", "training s", "first loss", "last loss"))
-    seconds = {"trl": 0.0, "lean": 0.0}
-    for r in range(args.rounds):
-        for arm in seconds:
-            m = gkd_run(arm, student, teacher, rows, args.gkd_steps)
-            seconds[arm] += m["train/runtime_s"]
-            print(table_row(r + 1, arm, f"{m['train/runtime_s']:.1f}", f"{m['train/first_loss']:.4f}",
-                            f"{m['train/final_loss']:.4f}"), flush=True)
+    seconds = stage_arms_in_turn({"trl": {}, "lean": {}}, args.rounds,  # no path flags to check: the arm is the class
+                                 lambda arm: gkd_run(arm, student, teacher, rows, args.gkd_steps),
+                                 lambda r, arm, m: (r, arm, f"{m['train/runtime_s']:.1f}", f"{m['train/first_loss']:.4f}",
+                                                    f"{m['train/final_loss']:.4f}"))
     print(f"on-policy distillation, {args.gkd_steps} steps x {args.rounds} rounds: lean {seconds['lean']:.1f} s, "
           f"TRL's {seconds['trl']:.1f} s, ratio {seconds['lean'] / seconds['trl']:.2f}")
 
