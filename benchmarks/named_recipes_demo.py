@@ -7,6 +7,8 @@ student). Printed per recipe, as markdown for benchmarks/RESULTS.md:
   the stage started from, with its interval (`posttrain show`'s numbers);
 - the base model and the recipe's product models on the second held-out set, `math_reworded`
   (wordings no training data uses), through `posttrain eval`: paired against the base model.
+- the claims read outside the stages' own evaluations (EXTRA_SETS): qwen3's general RL on ifeval
+  prompts, and r1's all_rl against sft_all scored by the run's reward models.
 
     .venv/bin/python benchmarks/named_recipes_demo.py [r1 kimi_k15 qwen3] [--set KEY=VALUE ...] [--write]
 
@@ -93,10 +95,12 @@ def mode_table(stages: list[dict]) -> str:
     return "Modes and thinking budgets (same 200 prompts, greedy):\n\n" + "\n".join(lines) + paired + "\n\n"
 
 
-def posttrain_eval(models: list[str], data: str, tokens: int, env: dict[str, str]) -> str:
-    """`posttrain eval`'s table for `models` on 200 prompts of `data`, paired against the first."""
+def posttrain_eval(models: list[str], data: str, tokens: int, env: dict[str, str], rewards: tuple[str, ...] = ()) -> str:
+    """`posttrain eval`'s table for `models` on 200 prompts of `data`, paired against the first,
+    with `rewards` (`--reward` values) scored too."""
     proc = subprocess.run([POSTTRAIN, "eval", *models, "--data", data, "--n", "200", "--max-new-tokens", str(tokens),
-                           "--batch-size", "64"], cwd=ROOT, env=env, capture_output=True, text=True)
+                           "--batch-size", "64", *[a for r in rewards for a in ("--reward", r)]],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else f"(posttrain eval failed: {proc.stderr.strip()[-500:]})"
 
 
@@ -109,18 +113,27 @@ def reworded_table(recipe: str, env: dict[str, str], stages: list[dict], tokens:
     return posttrain_eval(models, "math_reworded:eval", tokens, env)
 
 
-# Claims read on another held-out set than the recipe's: qwen3's general RL must raise the
-# instruction-following pass rate, so its input (fusion) and output are scored on ifeval prompts.
-EXTRA_SETS = {"qwen3": [("ifeval_synthetic:eval", ["fusion", "general_rl"], 128)]}
+# Claims read outside the stages' own evaluations, each (data, models, tokens, rewards):
+# - qwen3's general RL must raise the instruction-following pass rate: its input (fusion) and output
+#   on ifeval prompts;
+# - r1's all_rl must keep reasoning accuracy while its reward models' scores rise: its input (sft_all)
+#   and output on the held-out math prompts, each answer also scored by the run's two reward models,
+#   as all_rl's rewards score them (the summary for helpfulness, the whole response for the other).
+EXTRA_SETS = {
+    "qwen3": [("ifeval_synthetic:eval", ["fusion", "general_rl"], 128, ())],
+    "r1": [("synthetic_math:eval", ["sft_all", "all_rl"], 80, ("reward_model:model=rm_helpful@latest,scope=answer",
+                                                              "reward_model:model=rm_whole@latest,scope=full"))],
+}
 
 
 def extra_tables(recipe: str, env: dict[str, str], stages: list[dict]) -> str:
     blocks = []
-    for data, names, tokens in EXTRA_SETS.get(recipe, []):
+    for data, names, tokens, rewards in EXTRA_SETS.get(recipe, []):
         models = [f"{name}@latest" for name in names if name in completed(stages)]
         if len(models) == len(names):
-            blocks.append(f"`{data}` (200 prompts, {tokens} tokens), paired against {models[0]}:\n\n"
-                          f"```\n{posttrain_eval(models, data, tokens, env)}\n```\n")
+            scored = f", scored by {', '.join(rewards)}" if rewards else ""
+            blocks.append(f"`{data}` (200 prompts, {tokens} tokens{scored}), paired against {models[0]}:\n\n"
+                          f"```\n{posttrain_eval(models, data, tokens, env, rewards)}\n```\n")
     return "\n".join(blocks)
 
 

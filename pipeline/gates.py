@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 
 from pipeline.store.home import home
-from stages.common import PAIRED_METRICS, GateSpec
+from stages.common import PAIRED_METRICS, GateSpec, paired_keys
 from stages.contracts import StageResult
 from stages.evaluate import EVAL_SCORES, INPUT_EVAL_SCORES, SWEEP_PREFIXES, EvalSpec, reference_spec
 from toolkit.core.fingerprints import code_fingerprint
@@ -95,14 +95,15 @@ def _scores(path: Path) -> dict | None:
 
 def change_metrics(after: dict | None, before: dict | None) -> dict[str, float]:
     """`change/eval/<metric>` with its paired interval, n and (0/1 scores) McNemar p, over the
-    prompts both evaluations scored (matched by row id)."""
+    prompts both evaluations scored (matched by row id): accuracy, format, tokens, pass@1, and the
+    mean of each reward both scored (`change/eval/rewards/<name>/mean`)."""
     if not after or not before:
         return {}
     index = {row_id: i for i, row_id in enumerate(before["id"])}
     pairs = [(index[row_id], j) for j, row_id in enumerate(after["id"]) if row_id in index]
     out: dict[str, float] = {}
-    for metric, key in PAIRED_METRICS.items():
-        if key not in before or key not in after:  # pass_at_1: kept only by sampled evaluations
+    for metric, key in paired_keys(after).items():
+        if key not in before:  # pass_at_1: kept only by sampled evaluations; rewards: only where both scored them
             continue
         c = paired_change([before[key][i] for i, _ in pairs], [after[key][j] for _, j in pairs])
         out[CHANGE + metric] = c.pop("delta")

@@ -120,6 +120,15 @@ class GenerationSpec(Strict):
 # kept only by evaluations with `samples`, so its change exists only where both sides sampled.
 PAIRED_METRICS = {"eval/accuracy": "accuracy", "eval/format_rate": "format", "eval/completion_tokens_mean": "tokens",
                   "eval/pass_at_1": "pass_at_1"}
+# An evaluation's rewards (EvalSpec.rewards) are kept per prompt too, as `reward/<name>`; their
+# paired change is `change/eval/rewards/<name>/mean`.
+REWARD_SCORES = "reward/"
+
+
+def paired_keys(scores: dict) -> dict[str, str]:
+    """The metric each per-prompt list of an eval_scores dict is the change of, by its key."""
+    rewards = {f"eval/rewards/{k.removeprefix(REWARD_SCORES)}/mean": k for k in scores if k.startswith(REWARD_SCORES)}
+    return {**{m: k for m, k in PAIRED_METRICS.items() if k in scores}, **rewards}
 
 
 class GateSpec(Strict):

@@ -21,14 +21,14 @@ from typing import Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
-from stages.common import DataSpec, GenerationSpec, RewardSpec, Strict
+from stages.common import REWARD_SCORES, DataSpec, GenerationSpec, RewardSpec, Strict
 from stages.eval_modes import budget_metrics, mean_defined, mode_metrics, plot_budget_curve, with_interval
 from toolkit.core.files import write_json_atomic
 from toolkit.core.stats import majority_correct, mean_interval, pass_at_k, rate_interval
 from toolkit.core.templates import CHAT_TEMPLATES, check_template, render_prompt
 from toolkit.core.text import answer_region, extract_answer, is_well_formed, split_thinking
 from toolkit.core.thinking import STOP_THINKING
-from toolkit.rewards import combined, get_reward, reward_counter_metrics, reward_stats
+from toolkit.rewards import combined, distinct_names, get_reward, reward_counter_metrics, reward_stats
 from toolkit.rewards.verifiers import score_rows
 from toolkit.rollouts import SamplingSpec
 
@@ -84,20 +84,26 @@ class EvalSpec(Strict):
 
 
 def score_rewards(specs: list[RewardSpec], rows: list[dict], completions: list[str],
-                  completion_ids: list[list[int]] | None = None, max_length: int | None = None) -> dict[str, float]:
-    """Each named reward's mean, std and None count, its counters, and the weighted combination's
-    mean. Length rewards measure `completion_ids` (tokens), as in training."""
+                  completion_ids: list[list[int]] | None = None,
+                  max_length: int | None = None) -> tuple[dict[str, float], dict[str, list]]:
+    """Each reward's mean (with its 95% bootstrap interval and n), std and None count, its counters,
+    and the weighted combination's mean; and each reward's per-prompt values (`reward/<name>`),
+    which `pipeline.gates.change_metrics` pairs between two models. Rewards are keyed by the name
+    training logs them under (`reward_model_full`, `reward_model_answer`; a repeated name gets
+    `_2`: toolkit.rewards.distinct_names). Length rewards measure `completion_ids` (tokens), as in
+    training."""
     columns = {"answer": [r["answer"] for r in rows], "language": [r["language"] for r in rows]}
     prompts = [r["prompt"] for r in rows]
-    rewards = [get_reward(s.name, max_length, **s.params) for s in specs]
-    values = {s.name: reward(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
-              for s, reward in zip(specs, rewards)}
+    rewards = distinct_names([get_reward(s.name, max_length, **s.params) for s in specs])
+    values = {reward.__name__: reward(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
+              for reward in rewards}
     out: dict[str, float] = {}
     for name, v in values.items():
         out.update({f"eval/{k}": x for k, x in reward_stats(name, v).items()})
+        with_interval(out, f"eval/rewards/{name}/mean", mean_interval(v))
     out.update(reward_counter_metrics(rewards, "eval/"))
-    out["eval/rewards/combined/mean"] = mean_defined(combined(values, {s.name: s.weight for s in specs}))
-    return out
+    out["eval/rewards/combined/mean"] = mean_defined(combined(values, {r.__name__: s.weight for r, s in zip(rewards, specs)}))
+    return out, {f"{REWARD_SCORES}{name}": v for name, v in values.items()}
 
 
 EVAL_SCORES = "eval_scores.json"  # a stage's per-prompt held-out scores, beside its result.json
@@ -107,7 +113,8 @@ INPUT_EVAL_SCORES = "input_eval_scores.json"  # its input model's, when the work
 class Evaluation(NamedTuple):
     metrics: dict[str, float]
     table: list[dict]  # sample generations for the MLflow table
-    scores: dict[str, list]  # per prompt, in row order: id, accuracy, format, tokens (and pass_at_1 with samples)
+    scores: dict[str, list]  # per prompt, in row order: id, accuracy, format, tokens (pass_at_1 with samples,
+    # reward/<name> with rewards)
 
 
 def sampled_metrics(rows: list[dict], sampled: list[list[str]],
@@ -161,11 +168,13 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
     with_interval(metrics, "eval/completion_tokens_mean", mean_interval(tokens))
     with_interval(metrics, "eval/thinking_tokens_mean", mean_interval([n_tokens(t) for t in thinking if t is not None]))
     metrics.update({f"eval/{k}": v for k, v in counters.items()})
+    reward_scores: dict[str, list] = {}
     if spec.rewards:
         # the ids the engine generated, end token included, as TRL passes them in training: text
         # decoded and encoded again can come back shorter, and a thought cut at the limit would not
         # read as cut (thinking_flag)
-        metrics.update(score_rewards(spec.rewards, rows, greedy, [c.ids for c in done], spec.max_new_tokens))
+        reward_metrics, reward_scores = score_rewards(spec.rewards, rows, greedy, [c.ids for c in done], spec.max_new_tokens)
+        metrics.update(reward_metrics)
     if spec.samples:
         sampled = engine.texts(prompts, SamplingSpec(
             max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
@@ -181,7 +190,7 @@ def evaluate(model_dir: str, spec: EvalSpec, rows: list[dict], trust_remote_code
             plot_budget_curve(metrics, spec.budgets, spec.max_new_tokens, out_dir / "budget_curve.png")
     table = [{"id": r["id"], "prompt": r["prompt"][-1]["content"], "gold": r["answer"], "completion": c,
               "score": s} for r, c, s in list(zip(rows, greedy, scores))[:spec.table_rows]]
-    per_prompt = {"id": [r["id"] for r in rows], "accuracy": scores, "format": formats, "tokens": tokens}
+    per_prompt = {"id": [r["id"] for r in rows], "accuracy": scores, "format": formats, "tokens": tokens, **reward_scores}
     if spec.samples:
         per_prompt["pass_at_1"] = pass1
     return Evaluation(metrics, table, per_prompt)

@@ -31,7 +31,7 @@ from stages.runtime import (
     training_rows,
 )
 from toolkit.core.templates import check_template, render_prompt
-from toolkit.rewards import check_reward_specs, get_reward, reward_counter_metrics, reward_tags
+from toolkit.rewards import check_reward_specs, distinct_names, get_reward, reward_counter_metrics, reward_tags
 from toolkit.rewards.earnable import unearnable
 from toolkit.rewards.verifiers import VERIFIER_REWARDS
 from toolkit.rollouts import load_tokenizer, vllm_unavailable
@@ -249,8 +249,8 @@ def run(cfg: GRPOConfig, ctx) -> StageOutput:
                    tau=cfg.tau, dynamic_sampling=cfg.effective("dynamic_sampling"),
                    max_rounds=cfg.dynamic_sampling_max_rounds, dynamic_sampling_by=cfg.effective("dynamic_sampling_by"),
                    length_bucket_rows=cfg.length_bucket_rows)
-    rewards = [stage_reward(with_resolved_models(r, j, ctx), cfg.max_completion_length)
-               for j, r in enumerate(cfg.rewards)]
+    rewards = distinct_names([stage_reward(with_resolved_models(r, j, ctx), cfg.max_completion_length)
+                              for j, r in enumerate(cfg.rewards)])
     rollout_func = None if cfg.rollout != "ort" else OrtRollouts(
         model_dir, tokenizer, cfg.temperature, cfg.top_p, cfg.max_completion_length, cfg.seed, thread_budget(),
         workdir=ctx.output_dir / f".ort-policy-rank{ctx.rank}")

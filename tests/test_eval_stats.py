@@ -141,6 +141,20 @@ def test_changes_are_paired_by_prompt_id():
     assert m["change/eval/format_rate"] == 0 and m["change/eval/completion_tokens_mean"] == 0
 
 
+def test_each_reward_both_evaluations_scored_is_paired_by_prompt():
+    """An evaluation's rewards (a reward model's score, say) change between two models as a paired
+    bootstrap over the prompts both scored: `change/eval/rewards/<name>/mean`, no McNemar."""
+    before = {**scores_file(["a", "b", "c"], [0.0, 1.0, 0.0]), "reward/reward_model_full": [1.0, 2.0, None],
+              "reward/reward_model_answer": [0.0, 0.0, 0.0]}
+    after = {**scores_file(["c", "b", "a"], [0.0, 1.0, 0.0]), "reward/reward_model_full": [9.0, 2.5, 2.0]}
+    m = change_metrics(after, before)
+    assert m["change/eval/rewards/reward_model_full/mean"] == pytest.approx((1.0 + 0.5) / 2)  # c: unscored before
+    assert m["change/eval/rewards/reward_model_full/mean_n"] == 2
+    assert m["change/eval/rewards/reward_model_full/mean_lo"] == pytest.approx(0.5)
+    assert "change/eval/rewards/reward_model_full/mean_p" not in m
+    assert not any("reward_model_answer" in k for k in m)  # scored on one side only
+
+
 def test_sampled_pass_at_1_is_kept_per_prompt_and_paired_only_where_both_sampled():
     """The R1 paper's protocol (k samples at T 0.6, pass@1 = mean correctness) as a paired change:
     each prompt's share of correct samples, compared by prompt id; a greedy-only side has none."""
@@ -287,6 +301,28 @@ def test_posttrain_eval_prints_each_paired_change_with_the_test_it_used():
     assert "b against a: accuracy +0.100 [-0.050, +0.250] on 20 prompts, McNemar p = 0.3  (not significant" in text
     assert "b against a: pass_at_1 -0.070 [-0.110, -0.020] on 20 prompts (paired bootstrap)  (significant)" in text
     assert "pass_at_1" in text.splitlines()[0]  # its own column in the table
+    reward = {"eval/rewards/reward_model_full/mean": 2.5, "eval/rewards/reward_model_full/mean_lo": 2.0,
+              "eval/rewards/reward_model_full/mean_hi": 3.0, "eval/rewards/reward_model_full/std": 1.0}
+    results = [{"model": m, "metrics": {**metrics, **reward}, "cached": False} for m in ("a", "b")]
+    paired[0]["rewards/reward_model_full/mean"] = {"delta": 0.4, "lo": 0.1, "hi": 0.7, "n": 20, "significant": True}
+    text = main_table(results, paired)
+    assert "rewards/reward_model_full/mean" in text.splitlines()[0] and "2.5 [2, 3]" in text
+    assert ("b against a: rewards/reward_model_full/mean +0.400 [+0.100, +0.700] on 20 prompts (paired bootstrap)"
+            "  (significant)") in text
+
+
+def test_a_reward_model_named_as_a_model_is_resolved_before_any_scoring(tiny_model):
+    """`--reward reward_model:model=rm_whole@latest`: any model form, resolved to its directory;
+    a name that finds nothing fails before a model is evaluated; other rewards pass untouched."""
+    from pipeline.cli.eval import with_model_resolved
+    from stages.common import RewardSpec
+
+    named = with_model_resolved(RewardSpec(name="reward_model", params={"model": "tiny-qwen3", "scope": "full"}))
+    assert named.params == {"model": str(tiny_model), "scope": "full"}
+    with pytest.raises(LookupError, match="no completed run has a stage 'rm_whole'"):
+        with_model_resolved(RewardSpec(name="reward_model", params={"model": "rm_whole@latest"}))
+    plain = RewardSpec(name="format_think")
+    assert with_model_resolved(plain) is plain
 
 
 def test_the_budget_curve_reads_the_budgets_not_the_paired_steps_between_them():

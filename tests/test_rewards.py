@@ -340,8 +340,32 @@ def test_evaluation_measures_length_rewards_in_tokens():
 
     rows = [{"prompt": [{"role": "user", "content": "q"}], "answer": "1", "language": "en"}] * 2
     spec = [RewardSpec(name="overlong_dapo", params={"cache_len": 4})]
-    by_tokens = score_rewards(spec, rows, ["short", "short"], completion_ids=[[0] * 4, [0] * 8], max_length=8)
+    by_tokens, _ = score_rewards(spec, rows, ["short", "short"], completion_ids=[[0] * 4, [0] * 8], max_length=8)
     assert by_tokens["eval/rewards/overlong_dapo/mean"] == pytest.approx(-0.5)  # 0 and -1
+
+
+def test_two_rewards_of_one_name_are_scored_and_logged_apart():
+    """Two reward models of one scope (or any reward twice, with other params) keep a line each,
+    in an evaluation and in training's logs and counters: named as training names them, the second
+    `_2`; before, the second overwrote the first, and the combined mean counted one of them."""
+    from stages.common import RewardSpec
+    from stages.evaluate import score_rewards
+    from stages.grpo import stage_reward
+    from toolkit.rewards import distinct_names, reward_counter_metrics
+
+    rows = [{"prompt": [{"role": "user", "content": "q"}], "answer": "1", "language": "en"}] * 2
+    spec = [RewardSpec(name="overlong_dapo", params={"cache_len": 4}),
+            RewardSpec(name="overlong_dapo", params={"cache_len": 2}, weight=2.0)]
+    metrics, per_prompt = score_rewards(spec, rows, ["a", "b"], completion_ids=[[0] * 6, [0] * 8], max_length=8)
+    assert per_prompt == {"reward/overlong_dapo": [-0.5, -1.0], "reward/overlong_dapo_2": [0.0, -1.0]}
+    assert metrics["eval/rewards/overlong_dapo/mean"] == pytest.approx(-0.75)
+    assert metrics["eval/rewards/overlong_dapo_2/mean"] == pytest.approx(-0.5)
+    assert metrics["eval/rewards/overlong_dapo/mean_n"] == 2 and "eval/rewards/overlong_dapo_2/mean_lo" in metrics
+    assert metrics["eval/rewards/combined/mean"] == pytest.approx((-0.5 + 2 * 0.0 - 1.0 + 2 * -1.0) / 2)
+    trained = distinct_names([stage_reward(s, 8) for s in spec])
+    assert [r.__name__ for r in trained] == ["overlong_dapo", "overlong_dapo_2"]  # TRL's `rewards/<name>/mean`
+    trained[1].counters["probe"] = 3
+    assert reward_counter_metrics(trained)["rewards/overlong_dapo_2/probe"] == 3.0
 
 
 def test_evaluation_reads_lengths_from_the_ids_the_engine_generated(tiny_model):

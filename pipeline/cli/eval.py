@@ -9,7 +9,9 @@ or `STAGE@latest`), or an MLflow URI (`models:/name@alias`, `models:/name/3`, `r
 Each (model fingerprint, evaluation spec, data, evaluation code) is measured once and cached in
 $POSTTRAIN_HOME/evals/; each model's result is an MLflow run in the experiment `posttrain/eval` with
 its samples table. With two or more models, every model after the first is compared with the first
-prompt by prompt (a paired interval of the change: Newcombe's for 0/1 scores, a bootstrap otherwise; McNemar's p for 0/1 scores).
+prompt by prompt (a paired interval of the change: Newcombe's for 0/1 scores, a bootstrap otherwise; McNemar's p for 0/1 scores):
+accuracy, and each `--reward`'s mean. A reward's `model` parameter takes any MODEL form
+(`--reward reward_model:model=rm_whole@latest,scope=full`).
 
 Names follow lighteval / lm-evaluation-harness where they have one (`acc` is our `accuracy`, the
 interval bounds are `_lo` / `_hi` beside the metric, `pass_at_k`, `maj_at_k`); those tools cannot load
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from pipeline.cli.args import add_model_arguments, model_fields_from
 from pipeline.store.home import home
-from stages.common import PAIRED_METRICS, GenerationSpec
+from stages.common import GenerationSpec, paired_keys
 from toolkit.core.stats import INTERVALS
 
 EXPERIMENT = "eval"  # posttrain/eval in MLflow
@@ -92,6 +94,15 @@ def resolve(ref: str) -> tuple[str, str]:
     return resolve_with_fingerprint(ref)
 
 
+def with_model_resolved(reward):
+    """A reward scored by a model (`reward_model:model=rm_whole@latest`) with that model given in any
+    MODEL form, resolved to its directory."""
+    ref = reward.params.get("model")
+    if not isinstance(ref, str):
+        return reward
+    return reward.model_copy(update={"params": {**reward.params, "model": resolve(ref)[0]}})
+
+
 def cache_path(fingerprint: str, spec, rows: list[dict]) -> Path:
     from toolkit.core.fingerprints import code_fingerprint
 
@@ -123,6 +134,8 @@ def main_table(results: list[dict], paired: list[dict]) -> str:
     from stages.evaluate import SWEEP_PREFIXES
 
     keys = ["eval/accuracy", "eval/format_rate", "eval/completion_tokens_mean"]
+    keys += sorted({k for r in results for k in r["metrics"] if k.startswith("eval/rewards/") and k.endswith("/mean")
+                    and f"{k}_lo" in r["metrics"]})  # each --reward's mean, with its interval
     keys += sorted({k for r in results for k in r["metrics"] if k.startswith(SWEEP_PREFIXES) and k.endswith("accuracy")
                     or k.startswith(("eval/pass_at_", "eval/maj_at_")) and not k.endswith(("_lo", "_hi", "_n"))})
     rows = [["model", "n", *[k.removeprefix("eval/") for k in keys], "cached"]]
@@ -130,7 +143,7 @@ def main_table(results: list[dict], paired: list[dict]) -> str:
               "yes" if r["cached"] else "no"] for r in results]
     lines = [grid(rows)]
     for p in paired:
-        for metric in ("accuracy", "pass_at_1"):
+        for metric in ("accuracy", "pass_at_1", *sorted(k for k in p if k.startswith("rewards/"))):
             if (c := p.get(metric)) is None:
                 continue
             test = f", McNemar p = {c['p']:.3g}" if "p" in c else " (paired bootstrap)"
@@ -172,6 +185,7 @@ def evaluate_models(args) -> dict | int:
         if problems := spec.generation.problems():
             raise ValueError("; ".join(msg for _, msg in problems))
         resolved = [(ref, *resolve(ref)) for ref in args.models]
+        spec = spec.model_copy(update={"rewards": [with_model_resolved(r) for r in spec.rewards]})
         params = dict(spec.data.params)
         rows = load_rows(spec.data.source, spec.data.split, spec.data.n, spec.data.seed, params)
     except (ValidationError, ValueError, LookupError, KeyError, ImportError) as e:
@@ -193,7 +207,7 @@ def evaluate_models(args) -> dict | int:
     for r, s in zip(results[1:], scores[1:]):
         m = change_metrics(s, scores[0])
         entry = {"model": r["model"], "against": results[0]["model"]}
-        for metric in PAIRED_METRICS:  # pass_at_1 when both sampled (--samples)
+        for metric in paired_keys(s):  # pass_at_1 when both sampled (--samples); each --reward's mean
             key = f"change/{metric}"
             if key not in m:
                 continue

@@ -26,7 +26,8 @@ REWARDS: dict[str, type[Reward]] = {cls.name: cls for cls in (
     AccuracyMath, FormatThink, FormatTags, LanguageConsistency, LengthKimi, OverlongDapo, CosineLength,
     Repetition, CodeExec, IfevalConstraints, RewardModelScore, ThinkingFlag)}
 
-__all__ = ["REWARDS", "Reward", "completion_text", "get_reward", "check_reward", "reward_stats", "combined"]
+__all__ = ["REWARDS", "Reward", "completion_text", "get_reward", "check_reward", "reward_stats", "combined",
+           "distinct_names"]
 
 
 def get_reward(name: str, stage_max_length: int | None = None, **params) -> Reward:
@@ -63,6 +64,23 @@ def check_reward_specs(specs, stage_max_length: int | None = None) -> list[tuple
             errors.append(((j, "weight"), f"reward {spec.name} judges whether the task was done: a weight of "
                            f"{spec.weight} would {'ignore' if spec.weight == 0 else 'punish'} doing it"))
     return errors
+
+
+def distinct_names(rewards: list) -> list:
+    """`rewards`, each with a `__name__` of its own within the list (the first of a name keeps it,
+    later ones get `_2`, `_3`, ...). The name keys a reward's logged mean, std and counters, in
+    TRL's `rewards/<name>/mean` as in an evaluation's `eval/rewards/<name>/mean`: two rewards of one
+    name, say two reward models of the same scope, would otherwise be averaged or overwritten into
+    one line."""
+    taken: set[str] = set()
+    for reward in rewards:
+        name, k = reward.__name__, 1
+        while name in taken:
+            k += 1
+            name = f"{reward.__name__}_{k}"
+        reward.__name__ = name
+        taken.add(name)
+    return rewards
 
 
 def reward_stats(name: str, values: list) -> dict[str, float]:
