@@ -317,12 +317,16 @@ def test_a_reward_model_named_as_a_model_is_resolved_before_any_scoring(tiny_mod
     from pipeline.cli.eval import with_model_resolved
     from stages.common import RewardSpec
 
-    named = with_model_resolved(RewardSpec(name="reward_model", params={"model": "tiny-qwen3", "scope": "full"}))
+    named, fingerprint = with_model_resolved(RewardSpec(name="reward_model", params={"model": "tiny-qwen3", "scope": "full"}))
     assert named.params == {"model": str(tiny_model), "scope": "full"}
+    assert fingerprint  # in the cache key: a reward model retrained in place does not serve old scores
+    from pipeline.cli.eval import cache_path
+    spec, rows = EvalSpec(rewards=[named]), [{"id": "a"}]
+    assert cache_path("m", spec, rows, [fingerprint]) != cache_path("m", spec, rows, ["retrained"])
     with pytest.raises(LookupError, match="no completed run has a stage 'rm_whole'"):
         with_model_resolved(RewardSpec(name="reward_model", params={"model": "rm_whole@latest"}))
     plain = RewardSpec(name="format_think")
-    assert with_model_resolved(plain) is plain
+    assert with_model_resolved(plain) == (plain, None)
 
 
 def test_the_budget_curve_reads_the_budgets_not_the_paired_steps_between_them():

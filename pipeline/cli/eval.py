@@ -96,17 +96,19 @@ def resolve(ref: str) -> tuple[str, str]:
 
 def with_model_resolved(reward):
     """A reward scored by a model (`reward_model:model=rm_whole@latest`) with that model given in any
-    MODEL form, resolved to its directory."""
+    MODEL form, resolved to its directory; and that model's content fingerprint (None for a reward
+    without a model), for the cache key: a directory retrained in place must not serve old scores."""
     ref = reward.params.get("model")
     if not isinstance(ref, str):
-        return reward
-    return reward.model_copy(update={"params": {**reward.params, "model": resolve(ref)[0]}})
+        return reward, None
+    path, fingerprint = resolve(ref)
+    return reward.model_copy(update={"params": {**reward.params, "model": path}}), fingerprint
 
 
-def cache_path(fingerprint: str, spec, rows: list[dict]) -> Path:
+def cache_path(fingerprint: str, spec, rows: list[dict], reward_models: list[str] = ()) -> Path:
     from toolkit.core.fingerprints import code_fingerprint
 
-    material = {"model": fingerprint, "eval": spec.model_dump(mode="json"),
+    material = {"model": fingerprint, "eval": spec.model_dump(mode="json"), "reward_models": list(reward_models),
                 "rows": hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest(),
                 "code": code_fingerprint(("stages.evaluate", "toolkit.rewards", "toolkit.rollouts"))}
     return home() / "evals" / (hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest() + ".json")
@@ -185,7 +187,9 @@ def evaluate_models(args) -> dict | int:
         if problems := spec.generation.problems():
             raise ValueError("; ".join(msg for _, msg in problems))
         resolved = [(ref, *resolve(ref)) for ref in args.models]
-        spec = spec.model_copy(update={"rewards": [with_model_resolved(r) for r in spec.rewards]})
+        rewards = [with_model_resolved(r) for r in spec.rewards]
+        spec = spec.model_copy(update={"rewards": [r for r, _ in rewards]})
+        reward_models = [f for _, f in rewards if f is not None]
         params = dict(spec.data.params)
         rows = load_rows(spec.data.source, spec.data.split, spec.data.n, spec.data.seed, params)
     except (ValidationError, ValueError, LookupError, KeyError, ImportError) as e:
@@ -193,7 +197,7 @@ def evaluate_models(args) -> dict | int:
         return 2
     results, scores = [], []
     for ref, model_dir, fingerprint in resolved:
-        cache = cache_path(fingerprint, spec, rows)
+        cache = cache_path(fingerprint, spec, rows, reward_models)
         cached = cache.exists()
         print(f"evaluating {ref} on {len(rows)} prompts of {args.data}" + (" (cached)" if cached else ""),
               file=sys.stderr, flush=True)
