@@ -323,8 +323,9 @@ def test_a_reward_model_named_as_a_model_is_resolved_before_any_scoring(tiny_mod
     from pipeline.cli.eval import cache_path
     spec, rows = EvalSpec(rewards=[named]), [{"id": "a"}]
     assert cache_path("m", spec, rows, [fingerprint]) != cache_path("m", spec, rows, ["retrained"])
-    with pytest.raises(LookupError, match="no completed run has a stage 'rm_whole'"):
-        with_model_resolved(RewardSpec(name="reward_model", params={"model": "rm_whole@latest"}))
+    # a stage no recipe has: the suite's shared home holds other tests' runs, r1's rm_whole among them
+    with pytest.raises(LookupError, match="no completed run has a stage 'rm_nowhere'"):
+        with_model_resolved(RewardSpec(name="reward_model", params={"model": "rm_nowhere@latest"}))
     plain = RewardSpec(name="format_think")
     assert with_model_resolved(plain) == (plain, None)
 
