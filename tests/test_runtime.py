@@ -284,3 +284,24 @@ def test_a_no_loss_prefix_is_masked_out_of_the_sft_loss(tmp_path, tiny_model):
     (tmp_path / "wired").mkdir()
     with pytest.raises(ValueError, match="row cut: its tokenized completion"):
         sft.train_on_rows(cfg, StageContext.local(tmp_path / "wired"), str(tiny_model), wrong)
+
+
+def test_every_trl_config_takes_the_stage_s_precision_and_checkpointing_not_trl_s_defaults(tmp_path):
+    """TRL's configs default to bfloat16 autocast and gradient checkpointing (`bf16=None` becomes
+    True, `gradient_checkpointing=True`): a trainer built without the stage's own values would train in
+    mixed precision and, in GKD, sample without a KV cache (15 s a demo step against 7). Every TRL
+    config the stages build starts from `trainer_args`, which must carry both."""
+    from trl import DPOConfig, GRPOConfig, RewardConfig, SFTConfig
+    from trl.experimental.gkd import GKDConfig
+
+    from stages.distill import DistillConfig
+    from stages.runtime import trainer_args
+
+    cfg = DistillConfig(name="s", student="student", teacher="teacher", data={"source": "synthetic_math", "n": 4})
+    assert not cfg.bf16 and not cfg.gradient_checkpointing
+    args = trainer_args(cfg, StageContext.local(tmp_path))
+    trl_default = SFTConfig(output_dir=str(tmp_path), use_cpu=True)
+    assert trl_default.bf16 and trl_default.gradient_checkpointing  # what leaks in without trainer_args
+    for config in (SFTConfig, GRPOConfig, DPOConfig, RewardConfig, GKDConfig):
+        built = config(**args, **({"num_generations": 2} if config is GRPOConfig else {}))
+        assert built.bf16 is False and built.gradient_checkpointing is False, config.__name__
