@@ -83,6 +83,7 @@ class GRPOConfig(DataOrMix, StageBase, TrainingKnobs):
     learning_rate: float = Field(1e-6, gt=0)
     lr_scheduler: str = "constant"
     per_device_batch_size: int = Field(8, ge=1, description="completions per device per micro-step")
+    adam_epsilon: float = Field(1e-8, gt=0, description="AdamW's epsilon (HF's default 1e-8)")
     length_bucket_rows: int | None = Field(
         None, ge=1, description="compute the policy's and the reference's log-probabilities this many completions at "
         "a time, sorted by length and cut to their own longest: the same numbers for the real tokens' work (with a "
@@ -224,6 +225,7 @@ def trl_config(cfg: GRPOConfig, ctx):
         ref_model_sync_steps=cfg.ref_reset_steps or 512,
         model_init_kwargs={"trust_remote_code": cfg.trust_remote_code},
         log_completions=cfg.log_completions, num_completions_to_print=0,  # parquet only, no console table
+        adam_epsilon=cfg.adam_epsilon,
     )
 
 

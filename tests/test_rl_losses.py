@@ -87,7 +87,7 @@ def test_unknown_variant_and_missing_constant_are_refused():
 
 # ---- TRL, configured by stages.grpo, computes what the formulas say -------------------------------
 
-def _trainer(tiny_model, tmp_path, loss: str, bucket_rows: int | None = None):
+def _trainer(tiny_model, tmp_path, loss: str, bucket_rows: int | None = None, **knobs):
     from datasets import Dataset
 
     from stages.grpo import GRPOConfig, trl_config
@@ -97,7 +97,7 @@ def _trainer(tiny_model, tmp_path, loss: str, bucket_rows: int | None = None):
     from toolkit.rewards import get_reward
 
     cfg = GRPOConfig(name="rl", model="base", data="synthetic_math", loss=loss, rewards=[{"name": "format_think"}],
-                     num_generations=2, per_device_batch_size=4, max_completion_length=8, beta=0.05)
+                     num_generations=2, per_device_batch_size=4, max_completion_length=8, beta=0.05, **knobs)
     ctx = StageContext.local(tmp_path)
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}], "_index": 0}])
     rl = RLOptions(sampler=PromptSampler("random", 1), success_reward=0, loss=loss, tau=0.3, length_bucket_rows=bucket_rows)
@@ -106,6 +106,14 @@ def _trainer(tiny_model, tmp_path, loss: str, bucket_rows: int | None = None):
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
     return trainer, cfg
+
+
+def test_the_stage_s_adam_epsilon_is_the_optimizer_s(tiny_model, tmp_path):
+    """`adam_epsilon` (probes 30-31, benchmarks/RESULTS.md) reaches the AdamW the trainer builds."""
+    default, _ = _trainer(tiny_model, tmp_path / "a", "grpo")
+    raised, _ = _trainer(tiny_model, tmp_path / "b", "grpo", adam_epsilon=1e-4)
+    assert default.create_optimizer().defaults["eps"] == 1e-8
+    assert raised.create_optimizer().defaults["eps"] == 1e-4
 
 
 def _batch(trainer):
