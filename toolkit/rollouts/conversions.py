@@ -8,7 +8,10 @@ copy of the template with its weights written in (toolkit.rollouts.ort_layout, o
 
 The key is every small file of the model folder a converter reads or copies (config, generation
 config, tokenizer, chat template) and the converter's version: two models that agree on them convert
-to the same graph with their own weights in its data file. The pointer to a template is a JSON file
+to the same graph with their own weights in its data file. An engine may name config keys its
+converter copies into its own config and nothing else (`free_keys`: OpenVINO's exporter and
+`use_cache`, which every trainer saves false and the base model's config has true): their values are
+left out of the key, and the engine writes the model's own values into the copy. The pointer to a template is a JSON file
 under `<conversions>/.templates/`; the template itself is an ordinary conversion in the cache, so the
 cache's pruning can drop it, and then the next model of the kind goes through the converter again.
 Both engines read a model folder's weights (`model_weights`) and write weights into a conversion's
@@ -34,30 +37,38 @@ TEMPLATES = ".templates"  # <conversions>/.templates/<architecture key>.json
 ARCHITECTURE_SUFFIXES = (".json", ".jinja", ".txt", ".model")
 
 
-def architecture_key(model_dir: str, converter: str) -> str:
-    """What a conversion by `converter` (its name and version) holds besides the weights' values."""
+FREE = "<the model's own>"  # what a free key's value becomes in the key
+
+
+def architecture_key(model_dir: str, converter: str, free_keys: tuple[str, ...] = ()) -> str:
+    """What a conversion by `converter` (its name and version) holds besides the weights' values and
+    the values of the config's `free_keys` (whether the config has each is still part of it)."""
     digest = hashlib.sha256(converter.encode())
     for path in sorted(Path(model_dir).iterdir()):
         if path.is_file() and path.suffix in ARCHITECTURE_SUFFIXES and not path.name.endswith(".index.json"):
-            digest.update(f"{path.name}|{path.stat().st_size}|".encode())
-            digest.update(path.read_bytes())
+            data = path.read_bytes()
+            if path.name == "config.json" and free_keys:
+                config = json.loads(data)
+                data = json.dumps({k: FREE if k in free_keys else v for k, v in config.items()}, sort_keys=True).encode()
+            digest.update(f"{path.name}|{len(data)}|".encode())
+            digest.update(data)
     return digest.hexdigest()[:20]
 
 
-def record(conversion: Path, model_dir: str, converter: str, **layout) -> None:
+def record(conversion: Path, model_dir: str, converter: str, free_keys: tuple[str, ...] = (), **layout) -> None:
     """`conversion` (in its cache folder) becomes the template of `model_dir`'s architecture; `layout`
     is whatever the engine needs to write another model's weights into a copy of it."""
-    write_json_atomic(conversion.parent / TEMPLATES / f"{architecture_key(model_dir, converter)}.json",
+    write_json_atomic(conversion.parent / TEMPLATES / f"{architecture_key(model_dir, converter, free_keys)}.json",
                       {"conversion": conversion.name, "checked_with": str(model_dir), **layout})
 
 
 def copy_of_template(model_dir: str, converter: str, root: Path, out: Path,
-                     write: Callable[[Path, dict], None]) -> bool:
+                     write: Callable[[Path, dict], None], free_keys: tuple[str, ...] = ()) -> bool:
     """`out` made from the template recorded for `model_dir`'s architecture in the cache `root`: the
-    template's files copied, then `write(out, pointer)` puts this model's weights in (raising
-    ValueError, KeyError or OSError when they do not fit). False, and nothing left in `out`, when
-    there is no template, it was pruned, or the weights do not fit."""
-    pointer = root / TEMPLATES / f"{architecture_key(model_dir, converter)}.json"
+    template's files copied, then `write(out, pointer)` puts this model's weights (and the values of
+    its free keys) in, raising ValueError, KeyError or OSError when they do not fit. False, and
+    nothing left in `out`, when there is no template, it was pruned, or the weights do not fit."""
+    pointer = root / TEMPLATES / f"{architecture_key(model_dir, converter, free_keys)}.json"
     if not pointer.exists():
         return False
     recorded = json.loads(pointer.read_text())

@@ -14,6 +14,13 @@ a template only if
 - no float32 constant as large as the smallest weight is left unaccounted for. What remains is the
   exporter's own: scalars and the RoPE frequencies, fixed by the config, which is part of the key.
 Its layout (weight name -> offset, bytes, shape) is recorded with it.
+
+`use_cache` is a free key of the architecture (toolkit.rollouts.conversions): the exporter traces the
+graph with its KV cache whatever the config says and only copies the value into its `config.json`.
+A trainer saves it false and the base model has it true, so without this the first trained model of
+every recipe went through the exporter again (about 15 s); the copy gets the model's own value,
+written as the exporter writes its config (sorted keys, indent 2), which the template's own file must
+read back to byte for byte, or the model goes through the exporter.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import numpy as np
 from toolkit.rollouts.conversions import copy_of_template, model_weights, record, write_tensors
 
 DATA_FILE = "openvino_model.bin"
+FREE_KEYS = ("use_cache",)
 
 
 def constants(conversion: Path) -> list[tuple[str, str, int, int]]:
@@ -95,7 +103,7 @@ def record_template(model_dir: str, conversion: Path, converter: str) -> None:
         layout = weight_layout(conversion, exported_weights(model_dir))
     except (ValueError, OSError):
         return
-    record(conversion, model_dir, converter, weights={k: [o, n, list(s)] for k, (o, n, s) in layout.items()})
+    record(conversion, model_dir, converter, FREE_KEYS, weights={k: [o, n, list(s)] for k, (o, n, s) in layout.items()})
 
 
 def from_template(model_dir: str, out: Path, root: Path, converter: str) -> bool:
@@ -109,5 +117,23 @@ def from_template(model_dir: str, out: Path, root: Path, converter: str) -> bool
         if any(value.nbytes != layout[name][1] for name, value in weights.items()):
             raise ValueError("a weight's size is not the template's")
         write_tensors(conversion, layout, weights, data_file=DATA_FILE)
+        write_free_keys(conversion, model_dir)
 
-    return copy_of_template(model_dir, converter, root, out, write)
+    return copy_of_template(model_dir, converter, root, out, write, FREE_KEYS)
+
+
+def write_free_keys(conversion: Path, model_dir: str) -> None:
+    """The model's own values of the free keys in the conversion's `config.json`, written as the
+    exporter (transformers' `to_json_string`) writes it; ValueError when the file would not come out
+    as the exporter's or the two configs do not both hold a free key."""
+    path = conversion / "config.json"
+    text = path.read_text()
+    config, own = json.loads(text), json.loads((Path(model_dir) / "config.json").read_text())
+    if json.dumps(config, indent=2, sort_keys=True) + "\n" != text:
+        raise ValueError(f"{path} is not written the way this copy would write it")
+    for key in FREE_KEYS:
+        if (key in config) != (key in own):
+            raise ValueError(f"{key} is in one config of two")
+        if key in own:
+            config[key] = own[key]
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
