@@ -121,9 +121,11 @@ def test_a_conversion_made_from_a_template_is_the_converters_byte_for_byte(tiny_
     """A second model of a converted architecture (here: the tiny model with other weights) gets its
     float32 conversion by copying the first's and writing its own weights in, without the converter
     (ONNX Runtime GenAI's builder, optimum-intel's exporter); every file equals what the converter
-    makes for it. For OpenVINO the second model also has `use_cache` false where the first has it
-    true, as a trained model has against its base: the key leaves its value out, and the copy's
-    config carries the model's own. A model whose tokenizer files differ does not take the template."""
+    makes for it. The first is a named model as posttrain builds it (with its `posttrain_model.json`
+    marker), the second a trained one (without it, and for OpenVINO with `use_cache` false where the
+    first has it true, as a trainer saves it: the key leaves the value out and the copy's config
+    carries the model's own), as a recipe's base and first stage are. A model whose tokenizer files
+    differ does not take the template."""
     import filecmp
     import json
 
@@ -139,6 +141,8 @@ def test_a_conversion_made_from_a_template_is_the_converters_byte_for_byte(tiny_
     first, other = tmp_path / "first", tmp_path / "other"
     _tiny_with_other_weights(tiny_model, first, seed=1)
     _tiny_with_other_weights(tiny_model, other, seed=2)
+    assert (first / "posttrain_model.json").exists()
+    (other / "posttrain_model.json").unlink()
     if engine == "ov":
         config = json.loads((other / "config.json").read_text())
         assert config["use_cache"] is True

@@ -35,6 +35,9 @@ TEMPLATES = ".templates"  # <conversions>/.templates/<architecture key>.json
 # what converters read besides the weights (config.json, generation_config.json) and copy beside the
 # graph (tokenizer, chat template); a model's safetensors index only names its weights
 ARCHITECTURE_SUFFIXES = (".json", ".jinja", ".txt", ".model")
+# ...but not posttrain's own marker of a built named model (its name, revision and checksum), which no
+# converter reads: with it in the key, a recipe's base model and its first trained model never shared one
+NOT_READ_BY_CONVERTERS = ("posttrain_model.json",)
 
 
 FREE = "<the model's own>"  # what a free key's value becomes in the key
@@ -45,7 +48,8 @@ def architecture_key(model_dir: str, converter: str, free_keys: tuple[str, ...] 
     the values of the config's `free_keys` (whether the config has each is still part of it)."""
     digest = hashlib.sha256(converter.encode())
     for path in sorted(Path(model_dir).iterdir()):
-        if path.is_file() and path.suffix in ARCHITECTURE_SUFFIXES and not path.name.endswith(".index.json"):
+        if (path.is_file() and path.suffix in ARCHITECTURE_SUFFIXES and not path.name.endswith(".index.json")
+                and path.name not in NOT_READ_BY_CONVERTERS):
             data = path.read_bytes()
             if path.name == "config.json" and free_keys:
                 config = json.loads(data)
