@@ -11,9 +11,10 @@ config, tokenizer, chat template) and the converter's version: two models that a
 to the same graph with their own weights in its data file. An engine may name config keys its
 converter copies into its own config and nothing else (`free_keys`: OpenVINO's exporter and
 `use_cache`, which every trainer saves false and the base model's config has true): their values are
-left out of the key, and the engine writes the model's own values into the copy. The pointer to a template is a JSON file
-under `<conversions>/.templates/`; the template itself is an ordinary conversion in the cache, so the
-cache's pruning can drop it, and then the next model of the kind goes through the converter again.
+left out of the key, and the engine writes the model's own values into the copy. The pointer to a
+template is a JSON file under `<conversions>/.templates/`; the template itself is an ordinary
+conversion in the cache, so the cache's pruning can drop it, and then the next model of the kind goes
+through the converter again.
 Both engines read a model folder's weights (`model_weights`) and write weights into a conversion's
 data file (`write_tensors`) the same way; GRPO's in-place refresh (ort_weights) writes through it too.
 """
