@@ -125,15 +125,16 @@ def from_template(model_dir: str, out: Path, root: Path, converter: str) -> bool
 def write_free_keys(conversion: Path, model_dir: str) -> None:
     """The model's own values of the free keys in the conversion's `config.json`, written as the
     exporter (transformers' `to_json_string`) writes it; ValueError when the file would not come out
-    as the exporter's or the two configs do not both hold a free key."""
+    as the exporter's or the two configs do not both hold a free key. A copy whose values are the
+    model's already is left as it is."""
     path = conversion / "config.json"
     text = path.read_text()
     config, own = json.loads(text), json.loads((Path(model_dir) / "config.json").read_text())
+    if any((key in config) != (key in own) for key in FREE_KEYS):
+        raise ValueError(f"a free key of {FREE_KEYS} is in one config of two")
+    changed = {key: own[key] for key in FREE_KEYS if key in own and own[key] != config[key]}
+    if not changed:
+        return
     if json.dumps(config, indent=2, sort_keys=True) + "\n" != text:
         raise ValueError(f"{path} is not written the way this copy would write it")
-    for key in FREE_KEYS:
-        if (key in config) != (key in own):
-            raise ValueError(f"{key} is in one config of two")
-        if key in own:
-            config[key] = own[key]
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    path.write_text(json.dumps({**config, **changed}, indent=2, sort_keys=True) + "\n")
